@@ -1,0 +1,26 @@
+# Two commands do all the set-up on a fresh Debian machine (Python 3.11, root, no GPU):
+#   make run    installs what is missing, then runs the main job on the default configuration
+#   make test   installs what is missing, then runs the test suite (what CI runs)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup lint bench
+
+run: $(STAMP)
+	$(PY) scripts/rollout_experts.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh $(VENV)
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) scripts/bench_envs.py

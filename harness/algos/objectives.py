@@ -1,0 +1,219 @@
+"""Advantage estimators, KL estimators and the clipped policy loss, as pure functions.
+
+The split follows TRL's GRPO: how an advantage is estimated (:func:`group_advantages`) is kept
+apart from the per-token objective and from how token losses are aggregated into one scalar
+(:func:`policy_loss`). Nothing here touches an environment, a model or a logger; every function
+takes tensors and returns tensors (plus a dict of python floats for metrics).
+
+References:
+    Williams (1992), REINFORCE. Schulman et al. (2017), PPO. Shao et al. (2024), DeepSeekMath
+    (GRPO). Kool et al. (2019), "Buy 4 REINFORCE samples, get a baseline for free!" (RLOO).
+    Liu et al. (2025), "Understanding R1-Zero-Like Training" (Dr. GRPO). Yu et al. (2025), DAPO
+    (clip-higher). Schulman (2020), "Approximating KL divergence" (the k3 estimator).
+"""
+
+from __future__ import annotations
+
+import torch
+
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
+AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_sum_const", "token_mean")
+
+_GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    estimator: str = "grpo",
+    values: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """One advantage per attempt, from rewards of groups of attempts that share a start state.
+
+    With ``r`` the rewards of one group of ``G = group_size`` attempts:
+
+    * ``grpo`` (Shao et al., 2024): ``(r - mean(r)) / (std(r) + eps)``, population std.
+    * ``dr_grpo`` (Liu et al., 2025): ``r - mean(r)``; drops the std, which over-weights groups
+      that are nearly all right or all wrong.
+    * ``rloo`` (Kool et al., 2019): ``r_i - mean(r_j, j != i)``, the leave-one-out baseline;
+      equals ``G / (G - 1) * (r - mean(r))``.
+    * ``critic``: ``r - values``, a learned ``V(s0)`` as baseline (actor-critic style).
+    * ``reinforce`` (Williams, 1992): ``r`` itself, no baseline.
+
+    Args:
+        rewards: ``(N,)`` float rewards ordered group by group, so ``rewards.view(-1, G)`` puts
+            one group per row. ``N`` must be a multiple of ``group_size``.
+        group_size: ``G``, attempts per group.
+        estimator: One of :data:`ESTIMATORS`.
+        values: ``(N,)`` baseline values, required by ``critic`` and ignored otherwise.
+        eps: Added to the std by ``grpo`` so all-equal groups give zero, not NaN.
+
+    Returns:
+        ``(N,)`` advantages, in the order of ``rewards``.
+
+    Raises:
+        ValueError: Unknown estimator, ``group_size`` too small for the estimator, ``N`` not a
+            multiple of ``group_size``, or ``critic`` without matching ``values``.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if estimator in _GROUP_ESTIMATORS and group_size < 2:
+        raise ValueError(
+            f"estimator {estimator!r} compares attempts within a group and needs group_size >= 2,"
+            f" got {group_size}"
+        )
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"{rewards.numel()} rewards do not split into groups of group_size={group_size}"
+        )
+
+    if estimator == "reinforce":
+        return rewards.clone()
+    if estimator == "critic":
+        if values is None:
+            raise ValueError("estimator 'critic' needs values (a baseline V(s0) per attempt)")
+        if values.shape != rewards.shape:
+            raise ValueError(
+                f"values shape {tuple(values.shape)} must match rewards shape"
+                f" {tuple(rewards.shape)}"
+            )
+        return rewards - values
+
+    grouped = rewards.view(-1, group_size)  # (num_groups, G)
+    group_mean = grouped.mean(dim=1, keepdim=True)
+    if estimator == "grpo":
+        group_std = grouped.std(dim=1, unbiased=False, keepdim=True)
+        advantages = (grouped - group_mean) / (group_std + eps)
+    elif estimator == "dr_grpo":
+        advantages = grouped - group_mean
+    else:  # rloo
+        mean_of_others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+        advantages = grouped - mean_of_others
+    return advantages.reshape(-1)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of ``KL(pi_theta || pi_ref)`` from samples of ``pi_theta``.
+
+    ``exp(ref_logp - logp) - (ref_logp - logp) - 1``: unbiased, and non-negative for every sample
+    because ``exp(x) >= 1 + x`` (Schulman, 2020; used as GRPO's KL penalty, Shao et al., 2024).
+
+    Args:
+        logp: Log-probabilities of the sampled tokens under the current policy, any shape.
+        ref_logp: Log-probabilities of the same tokens under the reference policy, same shape.
+
+    Returns:
+        The per-token estimate, same shape as ``logp``.
+    """
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+    aggregation: str = "seq_mean_token_mean",
+    max_tokens: int | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate per token, an optional KL leash, aggregated into one loss.
+
+    Per valid token (Schulman et al., 2017; GRPO's form in Shao et al., 2024)::
+
+        rho = exp(logp - old_logp)
+        l   = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + beta * k3(logp, ref)
+
+    ``clip_high > clip_low`` is DAPO's "clip-higher" (Yu et al., 2025). Aggregations:
+
+    * ``seq_mean_token_mean`` (GRPO): mean over each row's valid tokens, then mean over rows. A
+      long attempt's tokens each weigh less, which favours long wrong attempts (Liu et al., 2025).
+      Rows without valid tokens count as zero.
+    * ``token_sum_const`` (Dr. GRPO): sum over valid tokens divided by the constant
+      ``B * max_tokens``, so every token weighs the same whatever its attempt's length.
+    * ``token_mean`` (DAPO): sum over valid tokens divided by the number of valid tokens.
+
+    Args:
+        logp: ``(B, T)`` log-probabilities of the taken tokens under the policy being trained.
+        old_logp: ``(B, T)`` the same under the policy that collected the data (no gradient).
+        advantages: ``(B,)`` one advantage per attempt, shared by all of its tokens.
+        mask: ``(B, T)`` bool or float, 1 for a valid token, 0 for padding.
+        clip_low: ``epsilon_low``; the ratio is clipped below at ``1 - clip_low``.
+        clip_high: ``epsilon_high``; the ratio is clipped above at ``1 + clip_high``. Defaults to
+            ``clip_low``.
+        aggregation: One of :data:`AGGREGATIONS`.
+        max_tokens: The constant ``T_max`` of ``token_sum_const``.
+        ref_logp: ``(B, T)`` log-probabilities under a frozen reference policy, for the KL term.
+        beta: Weight of the KL term; needs ``ref_logp`` when positive.
+
+    Returns:
+        ``(loss, metrics)``: the scalar loss to minimise and python floats ``clip_fraction``
+        (share of valid tokens whose clipped term was chosen and differs from the unclipped one),
+        ``approx_kl`` (mean k3 estimate of ``KL(old || new)``, i.e. ``(rho - 1) - log rho``),
+        ``ratio_mean`` and, when ``ref_logp`` is given, ``kl_ref`` (mean k3 to the reference).
+
+    Raises:
+        ValueError: Unknown aggregation, ``token_sum_const`` without ``max_tokens``,
+            ``beta > 0`` without ``ref_logp``, or mismatched shapes.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
+    if aggregation == "token_sum_const" and (max_tokens is None or max_tokens < 1):
+        raise ValueError(f"aggregation 'token_sum_const' needs max_tokens >= 1, got {max_tokens}")
+    if beta > 0 and ref_logp is None:
+        raise ValueError(f"beta={beta} weighs a KL to the reference policy but ref_logp is None")
+    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(
+            f"logp, old_logp and mask must share one (B, T) shape, got {tuple(logp.shape)},"
+            f" {tuple(old_logp.shape)} and {tuple(mask.shape)}"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(
+            f"advantages must have shape (B,)=({logp.shape[0]},), got {tuple(advantages.shape)}"
+        )
+    if clip_high is None:
+        clip_high = clip_low
+
+    mask = mask.to(logp.dtype)
+    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1), broadcast over tokens
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = ratio * adv
+    pg_clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(pg_unclipped, pg_clipped)  # (B, T)
+    if ref_logp is not None:
+        kl_ref = kl_k3(logp, ref_logp)
+        if beta > 0:
+            per_token = per_token + beta * kl_ref
+
+    masked = per_token * mask
+    if aggregation == "seq_mean_token_mean":
+        loss = (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    elif aggregation == "token_sum_const":
+        loss = masked.sum() / (logp.shape[0] * max_tokens)
+    else:  # token_mean
+        loss = masked.sum() / mask.sum().clamp(min=1.0)
+
+    with torch.no_grad():
+        num_valid = mask.sum().clamp(min=1.0)
+
+        def valid_mean(x: torch.Tensor) -> float:
+            return float((x * mask).sum() / num_valid)
+
+        metrics = {
+            "clip_fraction": valid_mean((pg_clipped < pg_unclipped).to(logp.dtype)),
+            "approx_kl": valid_mean((ratio - 1.0) - log_ratio),
+            "ratio_mean": valid_mean(ratio),
+        }
+        if ref_logp is not None:
+            metrics["kl_ref"] = valid_mean(kl_ref)
+    return loss, metrics

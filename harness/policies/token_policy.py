@@ -1,0 +1,471 @@
+"""Action-token policies: each continuous action dimension becomes one categorical token.
+
+Vision-language-action models (RT-2, OpenVLA) discretise every action dimension into ``K``
+uniform bins and predict one token per dimension, so a policy-gradient step works on
+log-probabilities of discrete tokens exactly as in language-model RL (PPO, GRPO). This module
+does the same for the harness's action space ``Box(-1, 1, (action_dim,))``: bin centres are
+``linspace(-1, 1, K)``, and a policy outputs ``(B, action_dim, K)`` logits.
+
+Observations are dicts of batched tensors with some of the keys ``state`` float ``(B, D)``,
+``pixels`` uint8 ``(B, H, W, 3)``, ``proprio`` float ``(B, P)`` and ``instruction`` int64
+``(B, L)`` token ids padded with :data:`tasks.language.PAD`. Use :func:`obs_to_batch` to turn
+numpy observations from an environment into such a dict.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.nn import functional as F
+
+from tasks.language import PAD, VOCAB_SIZE
+
+KINDS: tuple[str, ...] = ("mlp", "tiny_vla")
+CHECKPOINT_FORMAT = 1
+
+ObsShapes = dict[str, tuple[int, ...]]
+
+
+# --- discretisation ---------------------------------------------------------------------------
+
+
+def actions_to_tokens(actions: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
+    """Index of the nearest of ``num_bins`` bin centres ``linspace(-1, 1, num_bins)``.
+
+    Args:
+        actions: Float actions of any shape; values outside ``[-1, 1]`` go to the end bins.
+        num_bins: ``K >= 2``.
+
+    Returns:
+        Int64 tokens in ``[0, K)``, same shape as ``actions``.
+
+    Raises:
+        ValueError: ``num_bins < 2``.
+    """
+    _check_num_bins(num_bins)
+    actions = torch.as_tensor(actions, dtype=torch.float32)
+    scaled = (actions.clamp(-1.0, 1.0) + 1.0) * 0.5 * (num_bins - 1)
+    return torch.round(scaled).long().clamp(0, num_bins - 1)
+
+
+def tokens_to_actions(tokens: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
+    """Bin centres of ``tokens``: ``-1 + 2 * token / (K - 1)``.
+
+    Args:
+        tokens: Integer tokens in ``[0, K)``, any shape.
+        num_bins: ``K >= 2``.
+
+    Returns:
+        Float32 actions in ``[-1, 1]``, same shape as ``tokens``.
+
+    Raises:
+        ValueError: ``num_bins < 2``.
+    """
+    _check_num_bins(num_bins)
+    tokens = torch.as_tensor(tokens)
+    return tokens.to(torch.float32) * (2.0 / (num_bins - 1)) - 1.0
+
+
+def _check_num_bins(num_bins: int) -> None:
+    if num_bins < 2:
+        raise ValueError(f"num_bins must be >= 2 to cover [-1, 1], got {num_bins}")
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass
+class TokenPolicyConfig:
+    """Everything needed to build a token policy, apart from the observation shapes.
+
+    Attributes:
+        kind: ``"mlp"`` (on ``state``) or ``"tiny_vla"`` (on ``pixels``, plus ``proprio`` and
+            ``instruction`` when the observation has them).
+        num_bins: ``K``, tokens per action dimension.
+        hidden: Width of the fused feature and of the MLP layers.
+        action_dim: Action dimensions, one token each.
+        embed_dim: Width of the instruction embedding and of the proprio encoder.
+        conv_channels: Output channels of the image encoder's stride-2 convolutions.
+        pooled_size: Side of the adaptive average pool after the convolutions, so any image
+            size (84 x 84 by default in the tasks) gives the same feature width.
+        use_instruction: Condition on ``instruction`` when the observation has it.
+    """
+
+    kind: str = "mlp"
+    num_bins: int = 11
+    hidden: int = 128
+    action_dim: int = 4
+    embed_dim: int = 32
+    conv_channels: tuple[int, ...] = (16, 32, 32)
+    pooled_size: int = 4
+    use_instruction: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"TokenPolicyConfig.kind={self.kind!r}; choose one of {KINDS}")
+        if self.num_bins < 2:
+            raise ValueError(f"TokenPolicyConfig.num_bins={self.num_bins}; need >= 2")
+        for name in ("hidden", "action_dim", "embed_dim", "pooled_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TokenPolicyConfig.{name}={value!r}; need a positive int")
+        self.conv_channels = tuple(self.conv_channels)
+        if not self.conv_channels or any(
+            not isinstance(c, int) or c < 1 for c in self.conv_channels
+        ):
+            raise ValueError(
+                f"TokenPolicyConfig.conv_channels={self.conv_channels!r}; need positive ints"
+            )
+
+
+# --- observations -----------------------------------------------------------------------------
+
+
+def obs_to_batch(
+    obs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+    device: torch.device | str | None = None,
+    batched: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Numpy observation dict(s) to a dict of batched tensors.
+
+    Args:
+        obs: One observation dict, a list of them, or (with ``batched``) one dict whose arrays
+            already have a leading batch dimension, as a vector environment returns.
+        device: Where the tensors go.
+        batched: ``obs`` is a single dict that is already batched.
+
+    Returns:
+        Tensors with a leading batch dim: ``pixels`` stays uint8, ``instruction`` int64, the
+        rest float32.
+    """
+    if isinstance(obs, Mapping):
+        arrays = {k: np.asarray(v) if batched else np.asarray(v)[None] for k, v in obs.items()}
+    else:
+        arrays = {k: np.stack([np.asarray(o[k]) for o in obs]) for k in obs[0]}
+    batch = {}
+    for key, array in arrays.items():
+        if key == "pixels":
+            tensor = torch.as_tensor(array, dtype=torch.uint8)
+        elif key == "instruction":
+            tensor = torch.as_tensor(array, dtype=torch.int64)
+        else:
+            tensor = torch.as_tensor(array, dtype=torch.float32)
+        batch[key] = tensor.to(device) if device is not None else tensor
+    return batch
+
+
+# --- policies ---------------------------------------------------------------------------------
+
+
+class InstructionEncoder(nn.Module):
+    """Mean of the token embeddings over non-pad tokens; all-pad gives zeros."""
+
+    def __init__(self, embed_dim: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB_SIZE, embed_dim, padding_idx=PAD)
+
+    def forward(self, instruction: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` int64 token ids -> ``(B, embed_dim)``."""
+        valid = (instruction != PAD).unsqueeze(-1).to(torch.float32)  # (B, L, 1)
+        summed = (self.embedding(instruction) * valid).sum(dim=1)
+        return summed / valid.sum(dim=1).clamp(min=1.0)
+
+
+class TokenPolicy(nn.Module):
+    """A categorical policy over ``num_bins`` tokens per action dimension, plus a value head.
+
+    Subclasses only encode observations into a ``(B, hidden)`` feature (:meth:`features`); the
+    action head, value head and the sampling/log-probability surface live here.
+
+    Args:
+        config: The policy configuration.
+        obs_shapes: Shape of one observation per key, without the batch dimension.
+    """
+
+    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
+        super().__init__()
+        self.config = config
+        self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
+        self.action_head = nn.Linear(config.hidden, config.action_dim * config.num_bins)
+        # The critic baseline V(s0) is a separate small MLP on the shared features.
+        self.value_head = nn.Sequential(
+            nn.Linear(config.hidden, config.hidden), nn.Tanh(), nn.Linear(config.hidden, 1)
+        )
+
+    @abstractmethod
+    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Batched observation dict -> ``(B, hidden)`` features."""
+
+    def logits(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Unnormalised token scores, ``(B, action_dim, num_bins)``."""
+        flat = self.action_head(self.features(obs))
+        return flat.view(-1, self.config.action_dim, self.config.num_bins)
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Same as :meth:`logits`."""
+        return self.logits(obs)
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        deterministic: bool = False,
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose one token per action dimension, without gradients (for rollouts).
+
+        Args:
+            obs: Batched observation dict.
+            deterministic: Take the most likely token instead of sampling.
+            temperature: Divides the logits before sampling. :meth:`log_prob` is always at
+                temperature 1, so on-policy RL should sample at 1.
+
+        Returns:
+            ``(tokens, actions)``: int64 ``(B, action_dim)`` and their float32 bin centres in
+            ``[-1, 1]``, same shape, on the policy's device.
+
+        Raises:
+            ValueError: ``temperature <= 0`` when sampling.
+        """
+        logits = self.logits(obs)
+        if deterministic:
+            tokens = logits.argmax(dim=-1)
+        else:
+            if temperature <= 0:
+                raise ValueError(
+                    f"temperature={temperature} must be > 0 when sampling; use deterministic=True"
+                )
+            probs = torch.softmax(logits / temperature, dim=-1)
+            tokens = torch.multinomial(probs.view(-1, self.config.num_bins), 1)
+            tokens = tokens.view(logits.shape[:-1])
+        return tokens, tokens_to_actions(tokens, self.config.num_bins)
+
+    def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probabilities ``(B, action_dim)`` of ``tokens`` ``(B, action_dim)``."""
+        log_probs = F.log_softmax(self.logits(obs), dim=-1)
+        return log_probs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Entropy of each dimension's categorical, ``(B, action_dim)``, in ``[0, log K]``."""
+        log_probs = F.log_softmax(self.logits(obs), dim=-1)
+        return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+    def value(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Value estimate ``(B,)``, for a critic baseline on ``V(s0)``."""
+        return self.value_head(self.features(obs)).squeeze(-1)
+
+
+class MLPTokenPolicy(TokenPolicy):
+    """Two-layer tanh MLP on ``state``, concatenated with the mean instruction embedding."""
+
+    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
+        super().__init__(config, obs_shapes)
+        self.use_instruction = config.use_instruction and "instruction" in obs_shapes
+        in_dim = obs_shapes["state"][0]
+        if self.use_instruction:
+            self.instruction_encoder = InstructionEncoder(config.embed_dim)
+            in_dim += config.embed_dim
+        self.trunk = nn.Sequential(
+            nn.Linear(in_dim, config.hidden),
+            nn.Tanh(),
+            nn.Linear(config.hidden, config.hidden),
+            nn.Tanh(),
+        )
+
+    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``state`` (+ instruction) -> ``(B, hidden)``."""
+        parts = [obs["state"].float()]
+        if self.use_instruction:
+            parts.append(self.instruction_encoder(obs["instruction"]))
+        return self.trunk(torch.cat(parts, dim=-1))
+
+
+class TinyVLA(TokenPolicy):
+    """A tiny vision-language-action model.
+
+    A stride-2 CNN with adaptive pooling encodes ``pixels``; the instruction is a mean of token
+    embeddings; ``proprio`` goes through a linear layer. The three are concatenated and fused by
+    an MLP into the shared feature read by the per-dimension token head.
+    """
+
+    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
+        super().__init__(config, obs_shapes)
+        layers: list[nn.Module] = []
+        in_channels = obs_shapes["pixels"][-1]
+        for i, out_channels in enumerate(config.conv_channels):
+            kernel = 5 if i == 0 else 3
+            layers += [
+                nn.Conv2d(in_channels, out_channels, kernel, stride=2, padding=kernel // 2),
+                nn.ReLU(),
+            ]
+            in_channels = out_channels
+        layers += [nn.AdaptiveAvgPool2d(config.pooled_size), nn.Flatten()]
+        self.image_encoder = nn.Sequential(*layers)
+        fused_dim = in_channels * config.pooled_size**2
+
+        self.use_instruction = config.use_instruction and "instruction" in obs_shapes
+        if self.use_instruction:
+            self.instruction_encoder = InstructionEncoder(config.embed_dim)
+            fused_dim += config.embed_dim
+        self.use_proprio = "proprio" in obs_shapes
+        if self.use_proprio:
+            self.proprio_encoder = nn.Sequential(
+                nn.Linear(obs_shapes["proprio"][0], config.embed_dim), nn.Tanh()
+            )
+            fused_dim += config.embed_dim
+        self.fusion = nn.Sequential(
+            nn.Linear(fused_dim, config.hidden),
+            nn.ReLU(),
+            nn.Linear(config.hidden, config.hidden),
+            nn.ReLU(),
+        )
+
+    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``pixels`` (+ instruction, proprio) -> ``(B, hidden)``."""
+        pixels = obs["pixels"]
+        if pixels.dtype != torch.uint8:
+            raise TypeError(f"pixels must be uint8 (B, H, W, 3), got {pixels.dtype}")
+        image = pixels.permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W) in [0, 1]
+        parts = [self.image_encoder(image)]
+        if self.use_instruction:
+            parts.append(self.instruction_encoder(obs["instruction"]))
+        if self.use_proprio:
+            parts.append(self.proprio_encoder(obs["proprio"].float()))
+        return self.fusion(torch.cat(parts, dim=-1))
+
+
+def obs_shapes_from_space(observation_space: spaces.Dict) -> ObsShapes:
+    """Per-key observation shapes of a gymnasium ``Dict`` space.
+
+    Raises:
+        TypeError: ``observation_space`` is not a ``Dict`` of ``Box`` spaces.
+    """
+    if not isinstance(observation_space, spaces.Dict):
+        raise TypeError(
+            f"token policies take a gymnasium Dict observation space, got {observation_space}"
+        )
+    shapes = {}
+    for key, space in observation_space.spaces.items():
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"observation {key!r} must be a Box space, got {space}")
+        shapes[key] = tuple(int(d) for d in space.shape)
+    return shapes
+
+
+_POLICIES: dict[str, type[TokenPolicy]] = {"mlp": MLPTokenPolicy, "tiny_vla": TinyVLA}
+_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {"mlp": ("state",), "tiny_vla": ("pixels",)}
+
+
+def build_policy(config: TokenPolicyConfig, obs_shapes: ObsShapes) -> TokenPolicy:
+    """Build the policy ``config.kind`` names for observations of the given shapes.
+
+    Args:
+        config: The policy configuration.
+        obs_shapes: Shape of one observation per key, without the batch dimension.
+
+    Returns:
+        A freshly initialised :class:`TokenPolicy`.
+
+    Raises:
+        ValueError: The observations lack a key the policy needs, or a shape is malformed.
+    """
+    missing = [key for key in _REQUIRED_KEYS[config.kind] if key not in obs_shapes]
+    if missing:
+        raise ValueError(
+            f"policy kind {config.kind!r} needs observation keys {missing}, but the observation"
+            f" has only {sorted(obs_shapes)}"
+        )
+    for key in ("state", "proprio", "instruction"):
+        if key in obs_shapes and len(obs_shapes[key]) != 1:
+            raise ValueError(f"observation {key!r} must be 1-D, got shape {obs_shapes[key]}")
+    if "pixels" in obs_shapes and (len(obs_shapes["pixels"]) != 3 or obs_shapes["pixels"][-1] != 3):
+        raise ValueError(f"observation 'pixels' must be (H, W, 3), got {obs_shapes['pixels']}")
+    return _POLICIES[config.kind](config, obs_shapes)
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+def save_policy(path: str | os.PathLike, policy: TokenPolicy) -> None:
+    """Write config, observation shapes and weights to ``path`` atomically.
+
+    The checkpoint is a ``torch.save`` of ``{"format": 1, "config": dict, "obs_shapes":
+    {key: list}, "state_dict": ...}``, written to a temporary file in the same directory and
+    moved into place with ``os.replace``, so a crash never leaves a half-written file at ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {
+        "format": CHECKPOINT_FORMAT,
+        "config": asdict(policy.config),
+        "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
+        "state_dict": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
+    }
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(checkpoint, f)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_policy(
+    path: str | os.PathLike,
+    observation_space: spaces.Dict | None = None,
+    map_location: torch.device | str = "cpu",
+) -> TokenPolicy:
+    """Rebuild a policy written by :func:`save_policy`.
+
+    Args:
+        path: The checkpoint file.
+        observation_space: When given, the observations the caller will feed; a policy saved for
+            other shapes is refused here instead of failing later inside a layer.
+        map_location: Where the weights are loaded.
+
+    Returns:
+        The policy with its saved weights (in training mode, as ``nn.Module`` starts).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: The file is not a readable policy checkpoint, or its shapes do not match.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no policy checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:
+        raise ValueError(f"cannot read policy checkpoint {path}: {error}") from error
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a policy checkpoint of format {CHECKPOINT_FORMAT}")
+
+    known = {f.name for f in fields(TokenPolicyConfig)}
+    unknown = set(checkpoint["config"]) - known
+    if unknown:
+        raise ValueError(f"{path} has config fields {sorted(unknown)} unknown to this version")
+    config = TokenPolicyConfig(**checkpoint["config"])
+    saved_shapes = {k: tuple(v) for k, v in checkpoint["obs_shapes"].items()}
+    if observation_space is not None:
+        wanted = obs_shapes_from_space(observation_space)
+        if wanted != saved_shapes:
+            raise ValueError(
+                f"{path} was saved for observation shapes {saved_shapes}, not {wanted}"
+            )
+    policy = build_policy(config, saved_shapes)
+    try:
+        policy.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as error:
+        message = f"weights in {path} do not fit the policy they describe: {error}"
+        raise ValueError(message) from error
+    return policy.to(map_location)

@@ -1,0 +1,76 @@
+"""MuJoCo manipulation tasks behind the Gymnasium API.
+
+``tasks.make("push", obs_mode="pixels")`` builds an environment; the same tasks are registered
+with Gymnasium as ``harness/Reach-v0``, ``harness/Push-v0``, ``harness/PickPlace-v0`` and
+``harness/DrawerOpen-v0``. See :class:`tasks.base.ManipulationEnv` for the contract.
+"""
+
+from __future__ import annotations
+
+from tasks.rendering import choose_gl_backend
+
+choose_gl_backend()  # MuJoCo reads MUJOCO_GL at import: choose before anything imports it
+
+import logging  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+
+from tasks.base import ManipulationEnv, RandomizationConfig, Task, TaskConfig  # noqa: E402
+from tasks.drawer import DrawerOpen  # noqa: E402
+from tasks.experts import ScriptedExpert  # noqa: E402
+from tasks.pick_place import PickPlace  # noqa: E402
+from tasks.push import Push  # noqa: E402
+from tasks.reach import Reach  # noqa: E402
+from tasks.snapshot import Snapshot  # noqa: E402
+
+TASKS: dict[str, type[Task]] = {
+    "reach": Reach,
+    "push": Push,
+    "pick_place": PickPlace,
+    "drawer_open": DrawerOpen,
+}
+GYM_IDS: dict[str, str] = {
+    "reach": "harness/Reach-v0",
+    "push": "harness/Push-v0",
+    "pick_place": "harness/PickPlace-v0",
+    "drawer_open": "harness/DrawerOpen-v0",
+}
+
+
+def make(name: str, render_mode: str | None = None, **options) -> ManipulationEnv:
+    """Build a task environment (unwrapped) by name.
+
+    Args:
+        name: One of :data:`TASKS`.
+        render_mode: ``None`` or ``"rgb_array"``.
+        **options: Fields of :class:`tasks.base.TaskConfig`.
+
+    Raises:
+        ValueError: Unknown task name or option, or an invalid option value.
+    """
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+    config = TaskConfig.from_options(name, options)
+    return ManipulationEnv(TASKS[name](), config, render_mode=render_mode)
+
+
+def _log_mujoco_warning(message: str) -> None:
+    # MuJoCo's default handler appends to MUJOCO_LOG.TXT in the working directory; the env
+    # already reports instabilities in info["physics_error"], so a log line is enough here.
+    logging.getLogger("mujoco").warning(message)
+
+
+def _register() -> None:
+    for name, env_id in GYM_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="tasks:make", kwargs={"name": name})
+
+
+_register()
+mujoco.set_mju_user_warning(_log_mujoco_warning)
+
+__all__ = [
+    "GYM_IDS", "TASKS", "ManipulationEnv", "RandomizationConfig", "ScriptedExpert", "Snapshot",
+    "Task", "TaskConfig", "make",
+]

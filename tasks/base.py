@@ -1,0 +1,623 @@
+"""The manipulation environment shared by every task.
+
+A task is a :class:`Task` object (scene parts, spawn sampler, success predicate, reward terms,
+expert) plugged into :class:`ManipulationEnv`, which owns the MuJoCo model, the action and
+observation contract, rendering, difficulty and exact snapshots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from tasks import language, scene
+from tasks.rendering import QUALITIES, CameraRenderer
+from tasks.snapshot import Snapshot, get_physics_state, set_physics_state
+
+OBS_MODES = ("state", "pixels", "pixels_state")
+MAX_DELTA = 0.02  # metres of end-effector motion per control step at |action| = 1
+WORKSPACE_LOW = np.array([-0.3, -0.3, 0.0])
+WORKSPACE_HIGH = np.array([0.3, 0.3, 0.35])
+PROPRIO_DIM = 8
+_UNSTABLE = np.array([
+    mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+    mujoco.mjtWarning.mjWARN_BADQACC,
+], dtype=int)
+
+
+@dataclass(frozen=True)
+class RandomizationConfig:
+    """Domain randomisation, off by default. Each range is a multiplicative scale ``[lo, hi]``
+    around the nominal value except ``camera_jitter`` (metres) and ``colour_jitter`` (RGB units).
+
+    Attributes:
+        enabled: Master switch; nothing is randomised when False.
+        friction: Scale of every geom's sliding friction.
+        mass: Scale of the object bodies' masses.
+        damping: Scale of joint damping (fingers, drawer).
+        light: Scale of the lights' diffuse intensity.
+        colour_jitter: Uniform noise added to object colours.
+        camera_jitter: Uniform noise added to fixed cameras' positions.
+    """
+
+    enabled: bool = False
+    friction: tuple[float, float] = (0.7, 1.3)
+    mass: tuple[float, float] = (0.7, 1.5)
+    damping: tuple[float, float] = (0.7, 1.3)
+    light: tuple[float, float] = (0.6, 1.4)
+    colour_jitter: float = 0.08
+    camera_jitter: float = 0.01
+
+    def __post_init__(self) -> None:
+        for name in ("friction", "mass", "damping", "light"):
+            lo, hi = getattr(self, name)
+            if not 0 < lo <= hi:
+                raise ValueError(f"randomization.{name}={(lo, hi)}; expected 0 < low <= high")
+        for name in ("colour_jitter", "camera_jitter"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"randomization.{name}={getattr(self, name)}; expected >= 0")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Options every task accepts (``tasks.make(name, **options)``).
+
+    Attributes:
+        obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
+        camera: Camera for pixel observations: ``"front"``, ``"side"`` or ``"wrist"``.
+        image_size: Side of the square pixel observation.
+        render_quality: ``"fast"`` (learning cameras) or ``"high"`` (shadows, anti-aliasing).
+        render_size: ``(height, width)`` of ``render()`` frames for videos.
+        timestep: Physics step in seconds.
+        substeps: Physics steps per control step (25 Hz control at the defaults).
+        max_episode_steps: Control steps before ``truncated``; counted by the env so that a
+            snapshot carries it (Gymnasium's ``TimeLimit`` would restart its count on restore).
+        terminate_on_success: End the episode when the success predicate holds.
+        difficulty: Difficulty used when ``reset`` is given none.
+        reward_weights: Overrides of the task's reward-term weights.
+        randomization: Domain randomisation block (off by default).
+    """
+
+    obs_mode: str = "state"
+    camera: str = "front"
+    image_size: int = 84
+    render_quality: str = "fast"
+    render_size: tuple[int, int] = (240, 320)
+    timestep: float = 0.002
+    substeps: int = 20
+    max_episode_steps: int | None = None
+    terminate_on_success: bool = True
+    difficulty: float = 1.0
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+    def __post_init__(self) -> None:
+        if self.obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode={self.obs_mode!r}; expected one of {OBS_MODES}")
+        if self.render_quality not in QUALITIES:
+            raise ValueError(f"render_quality={self.render_quality!r}; expected one of {QUALITIES}")
+        if not 8 <= int(self.image_size) <= 480:
+            raise ValueError(f"image_size={self.image_size}; expected 8..480 pixels")
+        if not (self.timestep > 0 and math.isfinite(self.timestep)):
+            raise ValueError(f"timestep={self.timestep}; expected a positive number of seconds")
+        if int(self.substeps) < 1:
+            raise ValueError(f"substeps={self.substeps}; expected >= 1")
+        if self.max_episode_steps is not None and int(self.max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps={self.max_episode_steps}; expected >= 1 or None")
+        check_difficulty(self.difficulty)
+        if isinstance(self.randomization, dict):
+            object.__setattr__(self, "randomization", RandomizationConfig(**self.randomization))
+
+    @classmethod
+    def from_options(cls, task: str, options: dict[str, Any]) -> TaskConfig:
+        """Build from keyword options, naming any unknown key and listing the allowed ones."""
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
+            )
+        return cls(**options)
+
+
+def check_difficulty(value: Any) -> float:
+    """Validate a scalar difficulty in [0, 1]."""
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]") from None
+    if not 0.0 <= d <= 1.0:
+        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]")
+    return d
+
+
+class Task:
+    """What the robot must do: scene parts, spawn sampler, success, rewards and expert.
+
+    Subclasses set the class attributes and implement the hooks. Task state that must survive a
+    snapshot lives in ``self.state`` (a dict of plain values and small arrays).
+    """
+
+    name: ClassVar[str]
+    levels: ClassVar[tuple[str, ...]]  # named difficulty parameters, each in [0, 1]
+    reward_weights: ClassVar[dict[str, float]]
+    max_episode_steps: ClassVar[int]
+    state_dim: ClassVar[int]  # length of the task part of the state vector
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+
+    def build(self, spec: mujoco.MjSpec) -> None:
+        """Add the task's objects to the scene."""
+        raise NotImplementedError
+
+    def bind(self, model: mujoco.MjModel) -> None:
+        """Look up ids in the compiled model."""
+
+    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
+        """Place objects and goal with ``env.np_random``; fill ``self.state`` (with instruction)."""
+        raise NotImplementedError
+
+    def observe(self, env: ManipulationEnv) -> np.ndarray:
+        """The task part of the state vector (object poses, goal, relative vectors)."""
+        raise NotImplementedError
+
+    def is_success(self, env: ManipulationEnv) -> bool:
+        """The scripted ground truth: one pure predicate on the simulator state."""
+        raise NotImplementedError
+
+    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
+        """Named dense reward terms; the reward is their weighted sum."""
+        raise NotImplementedError
+
+    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
+        """A privileged scripted controller's action for the current state."""
+        raise NotImplementedError
+
+
+class ManipulationEnv(gym.Env):
+    """A tabletop manipulation task behind the Gymnasium API.
+
+    **Action** ``Box(-1, 1, (4,))``: end-effector displacement ``dx, dy, dz`` (times
+    ``MAX_DELTA`` = 2 cm per control step) and gripper (``-1`` open ... ``+1`` closed, a position
+    command for both fingers). In-range values are used as they are; finite values outside
+    ``[-1, 1]`` are clipped to it; NaN/inf or a wrong shape raise ``ValueError`` before anything is
+    simulated. The target is kept inside the workspace box ``WORKSPACE_LOW..WORKSPACE_HIGH``.
+
+    **Observation** ``Dict`` by ``obs_mode``:
+
+    - ``state``: ``state`` float32 = proprio (8: end-effector position, linear velocity, finger
+      opening, gripper command) followed by the task's object poses, goal and relative vectors.
+    - ``pixels``: ``pixels`` uint8 ``(image_size, image_size, 3)`` from ``camera``, and ``proprio``.
+    - ``pixels_state``: both of the above.
+    - every mode: ``instruction`` int64 ``(language.MAX_TOKENS,)`` token ids.
+
+    **Reward**: the weighted sum of the task's named terms, given in ``info["reward_terms"]``.
+    ``info["is_success"]`` is the scripted predicate on every step. ``terminated`` on success
+    (``terminate_on_success``); ``truncated`` after ``max_episode_steps`` or on a physics error
+    (``info["physics_error"]``).
+
+    **Reset options**: ``difficulty`` (float in [0, 1] or a dict of the task's named levels),
+    ``snapshot`` (restore exactly) and ``instruction`` (override the text; must use the task's
+    vocabulary).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 25}
+    reset_option_keys = ("difficulty", "snapshot", "instruction")
+
+    def __init__(self, task: Task, config: TaskConfig, render_mode: str | None = None) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r}; expected None or 'rgb_array'")
+        self.task = task
+        self.config = config
+        self.render_mode = render_mode
+        self.reward_weights = dict(task.reward_weights)
+        unknown = sorted(set(config.reward_weights) - set(self.reward_weights))
+        if unknown:
+            raise ValueError(
+                f"reward_weights {unknown} unknown for task {task.name!r}; "
+                f"terms are {sorted(self.reward_weights)}"
+            )
+        self.reward_weights.update(config.reward_weights)
+        self.max_episode_steps = int(config.max_episode_steps or task.max_episode_steps)
+
+        spec = scene.new_spec(scene.SceneOptions(config.timestep, config.substeps))
+        scene.add_table(spec)
+        scene.add_lights(spec)
+        scene.add_fixed_cameras(spec)
+        scene.add_gripper(spec)
+        task.build(spec)
+        self.model = spec.compile()
+        self.data = mujoco.MjData(self.model)
+        self._bind()
+        task.bind(self.model)
+        self.camera_names = tuple(
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_CAMERA, i)
+            for i in range(self.model.ncam)
+        )
+        if config.camera not in self.camera_names:
+            raise ValueError(f"camera={config.camera!r}; expected one of {self.camera_names}")
+        self._camera_id = self.camera_names.index(config.camera)
+        self._nominal = self._randomizable_arrays()
+        self.model_signature = self._structure_signature()
+
+        obs_spaces: dict[str, gym.Space] = {}
+        if config.obs_mode in ("state", "pixels_state"):
+            dim = PROPRIO_DIM + task.state_dim
+            obs_spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+        if config.obs_mode in ("pixels", "pixels_state"):
+            size = int(config.image_size)
+            obs_spaces["pixels"] = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+            obs_spaces["proprio"] = gym.spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
+        obs_spaces["instruction"] = gym.spaces.Box(
+            0, language.VOCAB_SIZE - 1, (language.MAX_TOKENS,), np.int64
+        )
+        self.observation_space = gym.spaces.Dict(obs_spaces)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+        self._pixel_renderer: CameraRenderer | None = None
+        self._video_renderer: CameraRenderer | None = None
+        self.steps = 0
+        self.difficulty = float(config.difficulty)
+        self.levels: dict[str, float] = {}
+        self.instruction = ""
+        self._tokens = np.zeros(language.MAX_TOKENS, np.int64)
+        self._randomization: dict[str, Any] = {}
+        self._gripper_cmd = -1.0
+        self._needs_reset = True
+
+    # ----------------------------------------------------------------------------------- model
+    def _bind(self) -> None:
+        m = self.model
+        self.ee_site = m.site("ee").id
+        self.gripper_body = m.body("gripper").id
+        self.mocap_id = int(m.body("ee_target").mocapid[0])
+        self._gripper_qpos = int(m.joint("gripper_free").qposadr[0])
+        self._gripper_qvel = int(m.joint("gripper_free").dofadr[0])
+        self._finger_qpos = [int(m.joint(f"finger_{s}").qposadr[0]) for s in ("left", "right")]
+        self._finger_ctrl = [m.actuator(f"finger_{s}").id for s in ("left", "right")]
+        self._object_bodies = np.array(
+            [b for b in range(m.nbody) if m.body_jntnum[b] > 0 and b != self.gripper_body
+             and m.body_parentid[b] != self.gripper_body], dtype=int,
+        )
+        self._object_geoms = np.flatnonzero(np.isin(m.geom_bodyid, self._object_bodies))
+        self._fixed_cameras = np.flatnonzero(m.cam_bodyid == 0)
+
+    def _structure_signature(self) -> str:
+        m = self.model
+        names = ",".join(
+            mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, i) or "" for i in range(m.nbody)
+        )
+        text = (
+            f"{self.task.name}|nq={m.nq}|nv={m.nv}|nu={m.nu}|na={m.na}|nbody={m.nbody}|"
+            f"ngeom={m.ngeom}|nmocap={m.nmocap}|dt={m.opt.timestep!r}|"
+            f"substeps={self.config.substeps}|{names}"
+        )
+        return f"{self.task.name}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+    def _randomizable_arrays(self) -> dict[str, np.ndarray]:
+        m = self.model
+        return {
+            "geom_friction": m.geom_friction.copy(),
+            "body_mass": m.body_mass.copy(),
+            "dof_damping": m.dof_damping.copy(),
+            "light_diffuse": m.light_diffuse.copy(),
+            "geom_rgba": m.geom_rgba.copy(),
+            "cam_pos": m.cam_pos.copy(),
+        }
+
+    def randomization_signature(self) -> str:
+        """Hash of the model parameters that domain randomisation changes."""
+        digest = hashlib.sha1()
+        for key, array in self._randomizable_arrays().items():
+            digest.update(key.encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()[:12]
+
+    def _sample_randomization(self) -> dict[str, Any]:
+        r, rng, nominal = self.config.randomization, self.np_random, self._nominal
+        values = {key: array.copy() for key, array in nominal.items()}
+        values["geom_friction"][:, 0] *= rng.uniform(*r.friction)
+        values["body_mass"][self._object_bodies] *= rng.uniform(*r.mass, len(self._object_bodies))
+        values["dof_damping"] *= rng.uniform(*r.damping)
+        values["light_diffuse"] *= rng.uniform(*r.light, (self.model.nlight, 1))
+        rgb = values["geom_rgba"][self._object_geoms, :3]
+        noise = rng.uniform(-r.colour_jitter, r.colour_jitter, rgb.shape)
+        values["geom_rgba"][self._object_geoms, :3] = np.clip(rgb + noise, 0, 1)
+        cams = self._fixed_cameras
+        values["cam_pos"][cams] += rng.uniform(-r.camera_jitter, r.camera_jitter, (len(cams), 3))
+        return values
+
+    def _apply_randomization(self, values: dict[str, Any]) -> None:
+        for key, nominal in self._nominal.items():
+            getattr(self.model, key)[:] = values.get(key, nominal)
+        self._randomization = values
+
+    # ---------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.reset_option_keys))
+        if unknown:
+            raise ValueError(
+                f"unknown reset option(s) {unknown}; allowed: {list(self.reset_option_keys)}"
+            )
+        if options.get("snapshot") is not None:
+            snapshot = options["snapshot"]
+            if not isinstance(snapshot, Snapshot):
+                raise ValueError(f"options['snapshot'] is a {type(snapshot).__name__}; "
+                                 "expected a tasks.Snapshot from env.unwrapped.snapshot()")
+            self._check_structure(snapshot)
+            self._apply_randomization(snapshot.randomization)
+            self.restore(snapshot)
+            return self._observe(), self._info(self.task.is_success(self))
+
+        self.difficulty, self.levels = self._resolve_difficulty(options.get("difficulty"))
+        if self.config.randomization.enabled:
+            self._apply_randomization(self._sample_randomization())
+        elif self._randomization:
+            self._apply_randomization({})
+        mujoco.mj_resetData(self.model, self.data)
+        self.steps = 0
+        self._gripper_cmd = -1.0
+        self._set_fingers(-1.0)
+        spread = 0.02 + 0.08 * self.levels.get("spawn", self.difficulty)
+        start = np.array([0.0, -0.06, 0.14]) + self.np_random.uniform(
+            [-spread, -spread, -0.3 * spread], [spread, spread, 0.3 * spread]
+        )
+        self.set_gripper_position(start)
+        self.task.reset(self, self.levels)
+        if options.get("instruction") is not None:
+            self.task.state["instruction"] = str(options["instruction"])
+        self._set_instruction(self.task.state["instruction"])
+        mujoco.mj_forward(self.model, self.data)
+        self._needs_reset = False
+        return self._observe(), self._info(self.task.is_success(self))
+
+    def step(self, action):
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step()")
+        action = self._check_action(action)
+        m, d = self.model, self.data
+        ee = d.site_xpos[self.ee_site]
+        d.mocap_pos[self.mocap_id] = np.minimum(
+            np.maximum(ee + MAX_DELTA * action[:3], WORKSPACE_LOW), WORKSPACE_HIGH
+        )
+        self._gripper_cmd = float(action[3])
+        self._set_fingers(self._gripper_cmd)
+        warnings_before = int(d.warning.number[_UNSTABLE].sum())
+        mujoco.mj_step(m, d, self.config.substeps)
+        # Fresh positions for observation and success (mj_step leaves them one substep old);
+        # mj_kinematics + mj_camlight touch no solver state, so replays stay bit-exact.
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_camlight(m, d)
+        self.steps += 1
+
+        error = self._physics_error(warnings_before)
+        if error:
+            self._needs_reset = True
+            info = self._info(False)
+            info["physics_error"] = error
+            info["reward_terms"] = {k: 0.0 for k in self.reward_weights}
+            return self._observe(safe=True), 0.0, False, True, info
+        success = self.task.is_success(self)
+        terms = self.task.reward_terms(self, success)
+        reward = float(sum(self.reward_weights[k] * v for k, v in terms.items()))
+        terminated = bool(success and self.config.terminate_on_success)
+        truncated = self.steps >= self.max_episode_steps and not terminated
+        info = self._info(success)
+        info["reward_terms"] = terms
+        return self._observe(), reward, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self._video_renderer is None:
+            height, width = self.config.render_size
+            self._video_renderer = CameraRenderer(self.model, height, width, "high")
+        return self._video_renderer.render(self.data, self._camera_id)
+
+    def render_camera(self, camera: str, size: int | None = None, quality: str | None = None):
+        """Render one frame from any named camera (e.g. for detector data or figures)."""
+        if camera not in self.camera_names:
+            raise ValueError(f"camera={camera!r}; expected one of {self.camera_names}")
+        size = int(size or self.config.image_size)
+        quality = quality or self.config.render_quality
+        key = (size, quality)
+        renderers = self.__dict__.setdefault("_extra_renderers", {})
+        if key not in renderers:
+            renderers[key] = CameraRenderer(self.model, size, size, quality)
+        return renderers[key].render(self.data, camera)
+
+    def close(self) -> None:
+        for renderer in (self._pixel_renderer, self._video_renderer,
+                         *self.__dict__.get("_extra_renderers", {}).values()):
+            if renderer is not None:
+                renderer.close()
+        self._pixel_renderer = self._video_renderer = None
+        self.__dict__.pop("_extra_renderers", None)
+
+    # ------------------------------------------------------------------------- snapshots
+    def snapshot(self) -> Snapshot:
+        """Capture the complete state: physics, task, step count, difficulty and RNG."""
+        task_state = {key: _plain(value) for key, value in self.task.state.items()}
+        task_state.update(
+            steps=self.steps, difficulty=self.difficulty, levels=dict(self.levels),
+            gripper_cmd=self._gripper_cmd,
+        )
+        return Snapshot(
+            task=self.task.name,
+            model_signature=self.model_signature,
+            randomization_signature=self.randomization_signature(),
+            physics=get_physics_state(self.model, self.data),
+            task_state=task_state,
+            rng_state=_plain(self.np_random.bit_generator.state),
+            randomization={key: np.array(v) for key, v in self._randomization.items()},
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put the environment back exactly at ``snapshot``.
+
+        Raises:
+            ValueError: The snapshot is of another task, another model structure, or a model
+                randomised differently from this one (both signatures are named).
+        """
+        self._check_structure(snapshot)
+        current = self.randomization_signature()
+        if snapshot.randomization_signature != current:
+            raise ValueError(
+                f"snapshot was taken with randomisation {snapshot.randomization_signature}, this "
+                f"env's model has {current}; use env.reset(options={{'snapshot': s}}) to re-apply "
+                "the snapshot's randomisation"
+            )
+        set_physics_state(self.model, self.data, snapshot.physics)
+        state = dict(snapshot.task_state)
+        self.steps = int(state.pop("steps"))
+        self.difficulty = float(state.pop("difficulty"))
+        self.levels = dict(state.pop("levels"))
+        self._gripper_cmd = float(state.pop("gripper_cmd"))
+        self.task.state = {key: _plain(value) for key, value in state.items()}
+        self._set_instruction(self.task.state["instruction"])
+        self.np_random.bit_generator.state = _plain(snapshot.rng_state)
+        self._needs_reset = False
+
+    def _check_structure(self, snapshot: Snapshot) -> None:
+        if snapshot.model_signature != self.model_signature:
+            raise ValueError(
+                f"snapshot of model {snapshot.model_signature} (task {snapshot.task!r}) cannot be "
+                f"restored into model {self.model_signature} (task {self.task.name!r})"
+            )
+
+    # ---------------------------------------------------------------------------- helpers
+    def _resolve_difficulty(self, value: Any) -> tuple[float, dict[str, float]]:
+        if value is None:
+            value = self.config.difficulty
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(self.task.levels))
+            if unknown:
+                raise ValueError(
+                    f"unknown difficulty level(s) {unknown} for task {self.task.name!r}; "
+                    f"levels are {list(self.task.levels)}"
+                )
+            base = check_difficulty(value.get("overall", self.config.difficulty)) \
+                if "overall" in value else self.config.difficulty
+            levels = {name: base for name in self.task.levels}
+            for name, level in value.items():
+                levels[name] = check_difficulty(level)
+            return float(np.mean(list(levels.values()))), levels
+        d = check_difficulty(value)
+        return d, {name: d for name in self.task.levels}
+
+    def _check_action(self, action) -> np.ndarray:
+        array = np.asarray(action, dtype=np.float64)
+        if array.shape != (4,):
+            raise ValueError(f"action has shape {array.shape}; expected (4,) = dx, dy, dz, gripper")
+        if not math.isfinite(array.sum()):
+            raise ValueError(f"action {array.tolist()} is not finite; expected values in [-1, 1]")
+        return np.minimum(np.maximum(array, -1.0), 1.0)
+
+    def _set_fingers(self, command: float) -> None:
+        span = scene.FINGER_OPEN - scene.FINGER_CLOSED
+        opening = scene.FINGER_CLOSED + span * (1 - command) / 2
+        self.data.ctrl[self._finger_ctrl] = opening
+
+    def _set_instruction(self, text: str) -> None:
+        self.instruction = text
+        self._tokens = language.tokenize(text)
+
+    def set_gripper_position(self, position: np.ndarray) -> None:
+        """Teleport the gripper and its mocap target (used at reset)."""
+        q = self._gripper_qpos
+        self.data.qpos[q:q + 3] = position
+        self.data.qpos[q + 3:q + 7] = (1, 0, 0, 0)
+        self.data.mocap_pos[self.mocap_id] = position
+        for adr in self._finger_qpos:
+            self.data.qpos[adr] = self.data.ctrl[self._finger_ctrl[0]]
+
+    def set_free_body(self, joint: str, position, quat=(1, 0, 0, 0)) -> None:
+        """Place a free-jointed object (qpos only; velocities are zero after reset)."""
+        adr = int(self.model.joint(joint).qposadr[0])
+        self.data.qpos[adr:adr + 3] = position
+        self.data.qpos[adr + 3:adr + 7] = quat
+
+    @property
+    def ee_position(self) -> np.ndarray:
+        return self.data.site_xpos[self.ee_site]
+
+    @property
+    def finger_opening(self) -> float:
+        """Distance between the fingers' inner faces, metres."""
+        return float(sum(self.data.qpos[a] for a in self._finger_qpos) - 0.012)
+
+    def proprio(self) -> np.ndarray:
+        v = self._gripper_qvel
+        return np.concatenate((
+            self.ee_position, self.data.qvel[v:v + 3],
+            (self.finger_opening, self._gripper_cmd),
+        )).astype(np.float32)
+
+    def _observe(self, safe: bool = False) -> dict[str, np.ndarray]:
+        obs: dict[str, np.ndarray] = {}
+        proprio = self.proprio()
+        if safe:
+            proprio = np.nan_to_num(proprio, nan=0.0, posinf=0.0, neginf=0.0)
+        mode = self.config.obs_mode
+        if mode != "pixels":
+            task_state = self.task.observe(self)
+            state = np.concatenate((proprio, task_state.astype(np.float32)))
+            if safe:
+                state = np.nan_to_num(state, nan=0.0, posinf=0.0, neginf=0.0)
+            obs["state"] = state
+        if mode != "state":
+            obs["pixels"] = self._render_pixels(safe)
+            obs["proprio"] = proprio
+        obs["instruction"] = self._tokens.copy()
+        return obs
+
+    def _render_pixels(self, safe: bool) -> np.ndarray:
+        size = int(self.config.image_size)
+        if safe:
+            return np.zeros((size, size, 3), np.uint8)
+        if self._pixel_renderer is None:
+            self._pixel_renderer = CameraRenderer(
+                self.model, size, size, self.config.render_quality
+            )
+        return self._pixel_renderer.render(self.data, self._camera_id)
+
+    def _info(self, success: bool) -> dict[str, Any]:
+        return {
+            "is_success": bool(success),
+            "difficulty": self.difficulty,
+            "instruction": self.instruction,
+            "steps": self.steps,
+        }
+
+    def _physics_error(self, warnings_before: int) -> str | None:
+        # MuJoCo checks positions, velocities and accelerations on every step; on NaN or a huge
+        # value it warns and resets the data.
+        if int(self.data.warning.number[_UNSTABLE].sum()) == warnings_before:
+            return None
+        return (f"MuJoCo found the simulation unstable (NaN, inf or huge qpos/qvel/qacc) and "
+                f"reset it at t={self.data.time:.3f}s")
+
+    def expert_action(self) -> np.ndarray:
+        """The task's scripted expert action for the current state (privileged)."""
+        return np.asarray(self.task.expert_action(self), dtype=np.float32)
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy made of plain, picklable values (arrays copied)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+

@@ -1,0 +1,32 @@
+"""Scripted experts: privileged controllers that read the simulator state.
+
+They produce demonstrations and detector training data. Noise comes from the expert's own
+generator so that adding noise never changes the environment's random stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ScriptedExpert:
+    """The task's scripted controller with optional Gaussian action noise.
+
+    Args:
+        env: A task environment (wrappers are looked through).
+        noise: Standard deviation of Gaussian noise added to every action dimension.
+        seed: Seed of the noise generator.
+    """
+
+    def __init__(self, env, noise: float = 0.0, seed: int | None = None) -> None:
+        if noise < 0:
+            raise ValueError(f"noise={noise}; expected a standard deviation >= 0")
+        self.env = env.unwrapped
+        self.noise = float(noise)
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observation=None) -> np.ndarray:
+        action = self.env.expert_action()
+        if self.noise > 0:
+            action = action + self.rng.normal(0.0, self.noise, action.shape)
+        return np.clip(action, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,329 @@
+"""Contract tests of the task environments: spaces, determinism, snapshots, experts, bad input."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import tasks
+from tasks import language
+from tasks.base import OBS_MODES
+
+TASK_NAMES = sorted(tasks.TASKS)
+
+
+def rollout(env, actions, stop_on_done=True):
+    """Step through ``actions``; return observations, rewards and infos."""
+    out = []
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        out.append((obs, reward, terminated, truncated, info["is_success"]))
+        if stop_on_done and (terminated or truncated):
+            break
+    return out
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for (obs_a, *rest_a), (obs_b, *rest_b) in zip(a, b, strict=True):
+        assert obs_a.keys() == obs_b.keys()
+        for key in obs_a:
+            assert obs_a[key].dtype == obs_b[key].dtype
+            np.testing.assert_array_equal(obs_a[key], obs_b[key], err_msg=key)
+        assert rest_a == rest_b  # reward, terminated, truncated, success: exact equality
+
+
+@pytest.mark.parametrize("obs_mode", OBS_MODES)
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_check_env_gymnasium_and_sb3(name, obs_mode):
+    env = gym.make(tasks.GYM_IDS[name], obs_mode=obs_mode, image_size=32)
+    gym_check_env(env.unwrapped, skip_render_check=True)
+    sb3_check_env(env.unwrapped, warn=True)
+    env.close()
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_observations_in_space_and_finite(name):
+    env = tasks.make(name, obs_mode="pixels_state", image_size=32)
+    rng = np.random.default_rng(0)
+    for episode in range(3):
+        obs, _ = env.reset(seed=episode, options={"difficulty": rng.uniform()})
+        assert env.observation_space.contains(obs)
+        for _ in range(60):
+            obs, reward, terminated, truncated, info = env.step(rng.uniform(-1, 1, 4))
+            assert env.observation_space.contains(obs), obs
+            assert np.all(np.isfinite(obs["state"])) and np.isfinite(reward)
+            if terminated or truncated:
+                break
+    assert obs["pixels"].std() > 5  # a real image, not a blank frame
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_same_seed_is_exactly_deterministic(name):
+    actions = np.random.default_rng(1).uniform(-1, 1, (40, 4))
+    runs = []
+    for _ in range(2):
+        env = tasks.make(name, obs_mode="pixels_state", image_size=32)
+        obs, _ = env.reset(seed=123)
+        runs.append([(obs, 0.0, False, False, False), *rollout(env, actions)])
+        env.close()
+    assert_same(*runs)
+    other = tasks.make(name)
+    obs, _ = other.reset(seed=124)
+    assert not np.array_equal(obs["state"], runs[0][0][0]["state"])
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_snapshot_restore_is_bit_identical_in_process(name):
+    env = tasks.make(name, obs_mode="pixels_state", image_size=48)
+    env.reset(seed=5)
+    expert = tasks.ScriptedExpert(env, noise=0.3, seed=0)
+    for _ in range(4):
+        env.step(expert())
+    snapshot = env.snapshot()
+    at_snapshot = env._observe()
+    actions = [expert() for _ in range(25)]
+    first = rollout(env, actions, stop_on_done=False)
+    env.step(np.ones(4))  # wander off before restoring
+    env.restore(snapshot)
+    for key, value in env._observe().items():
+        np.testing.assert_array_equal(value, at_snapshot[key])
+    assert_same(first, rollout(env, actions, stop_on_done=False))
+    obs, _ = env.reset(options={"snapshot": pickle.loads(pickle.dumps(snapshot))})
+    np.testing.assert_array_equal(obs["pixels"], at_snapshot["pixels"])
+    assert_same(first, rollout(env, actions, stop_on_done=False))
+
+
+def test_snapshot_restores_rng_task_state_and_step_count():
+    env = tasks.make("push")
+    env.reset(seed=3)
+    env.step(np.zeros(4))
+    snapshot = env.snapshot()
+    draws = env.np_random.uniform(size=3)
+    env.reset(seed=99)
+    env.restore(snapshot)
+    np.testing.assert_array_equal(env.np_random.uniform(size=3), draws)
+    assert env.steps == 1 and snapshot.task_state["steps"] == 1
+    assert env.instruction == snapshot.task_state["instruction"]
+    np.testing.assert_array_equal(env.task.state["goal"], snapshot.task_state["goal"])
+
+
+def test_snapshot_restore_in_another_process(tmp_path):
+    env = tasks.make("pick_place", obs_mode="pixels_state", image_size=48)
+    env.reset(seed=11)
+    expert = tasks.ScriptedExpert(env, noise=0.2, seed=1)
+    for _ in range(6):
+        env.step(expert())
+    snapshot = env.snapshot()
+    actions = np.array([expert() for _ in range(20)])
+    here = rollout(env, actions, stop_on_done=False)
+    (tmp_path / "snapshot.pkl").write_bytes(pickle.dumps((snapshot, actions)))
+    script = textwrap.dedent(f"""
+        import pickle, numpy as np, tasks
+        snapshot, actions = pickle.loads(open({str(tmp_path / 'snapshot.pkl')!r}, 'rb').read())
+        env = tasks.make("pick_place", obs_mode="pixels_state", image_size=48)
+        env.reset(options={{"snapshot": snapshot}})
+        out = {{}}
+        for i, a in enumerate(actions):
+            obs, reward, terminated, truncated, info = env.step(a)
+            for key, value in obs.items():
+                out[f"{{key}}_{{i}}"] = value
+            out[f"reward_{{i}}"] = np.float64(reward)
+        np.savez({str(tmp_path / 'there.npz')!r}, **out)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    there = np.load(tmp_path / "there.npz")
+    for i, (obs, reward, *_) in enumerate(here):
+        for key, value in obs.items():
+            np.testing.assert_array_equal(value, there[f"{key}_{i}"], err_msg=f"{key} step {i}")
+        assert reward == float(there[f"reward_{i}"])
+
+
+def test_restore_into_another_task_or_randomisation_raises():
+    push, reach = tasks.make("push"), tasks.make("reach")
+    push.reset(seed=0)
+    reach.reset(seed=0)
+    with pytest.raises(ValueError, match=r"task 'push'.*task 'reach'"):
+        reach.restore(push.snapshot())
+    with pytest.raises(ValueError, match="cannot be restored"):
+        reach.reset(options={"snapshot": push.snapshot()})
+    randomised = tasks.make("push", randomization={"enabled": True})
+    randomised.reset(seed=0)
+    snapshot = randomised.snapshot()
+    randomised.reset(seed=1)
+    with pytest.raises(ValueError, match="randomisation"):
+        randomised.restore(snapshot)
+    fresh = tasks.make("push", randomization={"enabled": True})
+    obs, _ = fresh.reset(options={"snapshot": snapshot})  # re-applies the snapshot's values
+    assert fresh.randomization_signature() == snapshot.randomization_signature
+
+
+def test_domain_randomisation_is_off_by_default_and_varies_when_on():
+    plain = tasks.make("push")
+    plain.reset(seed=0)
+    signature = plain.randomization_signature()
+    plain.reset(seed=1)
+    assert plain.randomization_signature() == signature
+    env = tasks.make("push", randomization={"enabled": True, "friction": (0.5, 2.0)})
+    env.reset(seed=0)
+    friction = env.model.geom_friction[:, 0].copy()
+    env.reset(seed=1)
+    assert not np.array_equal(friction, env.model.geom_friction[:, 0])
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_scripted_expert_succeeds_95_percent_at_full_difficulty(name):
+    env = tasks.make(name)
+    expert = tasks.ScriptedExpert(env)
+    successes = 0
+    for seed in range(100):
+        _, info = env.reset(seed=seed, options={"difficulty": 1.0})
+        assert not info["is_success"]
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(expert())
+            done = terminated or truncated
+        successes += info["is_success"]
+    assert successes >= 95, f"{name}: expert succeeded {successes}/100"
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_reward_is_weighted_sum_of_named_terms(name):
+    env = tasks.make(name, reward_weights={"success": 3.0})
+    env.reset(seed=0)
+    expert = tasks.ScriptedExpert(env)
+    for _ in range(60):
+        _, reward, terminated, _, info = env.step(expert())
+        terms = info["reward_terms"]
+        assert set(terms) == set(env.reward_weights) and env.reward_weights["success"] == 3.0
+        assert reward == pytest.approx(sum(env.reward_weights[k] * v for k, v in terms.items()))
+        assert terms["success"] == float(info["is_success"])
+        if terminated:
+            break
+    assert terminated, "the expert should finish within 60 steps"
+
+
+def test_terminate_on_success_can_be_turned_off():
+    env = tasks.make("reach", terminate_on_success=False, max_episode_steps=30)
+    env.reset(seed=0)
+    expert = tasks.ScriptedExpert(env)
+    flags = [env.step(expert())[2:4] for _ in range(30)]
+    assert not any(terminated for terminated, _ in flags)
+    assert flags[-1] == (False, True)
+
+
+def test_difficulty_moves_distractors_and_goal_distance():
+    env = tasks.make("push")
+    on_table = []
+    for d in (0.0, 0.5, 1.0):
+        env.reset(seed=0, options={"difficulty": d})
+        cubes = np.array([env.data.xpos[b] for b in env.task.cube_bodies])
+        on_table.append(int(np.sum(cubes[:, 2] > 0)))
+    assert on_table == [1, 2, 3]
+    distances = {}
+    for d in (0.0, 1.0):
+        env.reset(seed=0, options={"difficulty": {"goal_distance": d}})
+        cube = env.data.xpos[env.task.cube_bodies[env.task.state["target"]]]
+        distances[d] = np.linalg.norm(cube[:2] - env.task.state["goal"][:2])
+    assert distances[0.0] == pytest.approx(0.06, abs=1e-6)
+    assert distances[1.0] == pytest.approx(0.18, abs=1e-6)
+
+
+def test_instruction_tokens_name_the_target_cube():
+    env = tasks.make("push")
+    colours = set()
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        text = language.detokenize(obs["instruction"])
+        assert text == info["instruction"]
+        colours.add(text.split()[2])
+    assert colours == {"red", "blue", "yellow"}
+    obs, _ = env.reset(seed=0, options={"instruction": "push the red cube to the green target"})
+    assert language.detokenize(obs["instruction"]).startswith("push the red")
+
+
+def test_tasks_make_and_gym_ids_give_the_same_env():
+    a = tasks.make("drawer_open")
+    b = gym.make("harness/DrawerOpen-v0")
+    obs_a, _ = a.reset(seed=2)
+    obs_b, _ = b.reset(seed=2)
+    np.testing.assert_array_equal(obs_a["state"], obs_b["state"])
+
+
+# ------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("action, match", [
+    (np.array([0.0, np.nan, 0.0, 0.0]), "not finite"),
+    (np.array([0.0, 0.0, np.inf, 0.0]), "not finite"),
+    (np.zeros(3), r"shape \(3,\)"),
+    (np.zeros((1, 4)), r"shape \(1, 4\)"),
+])
+def test_bad_actions_raise_before_simulating(action, match):
+    env = tasks.make("reach")
+    env.reset(seed=0)
+    time_before = env.data.time
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    assert env.data.time == time_before
+
+
+def test_out_of_range_actions_are_clipped():
+    a, b = tasks.make("reach"), tasks.make("reach")
+    a.reset(seed=0)
+    b.reset(seed=0)
+    obs_a = a.step(np.array([5.0, -7.0, 2.0, 3.0]))[0]
+    obs_b = b.step(np.array([1.0, -1.0, 1.0, 1.0]))[0]
+    np.testing.assert_array_equal(obs_a["state"], obs_b["state"])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: tasks.make("stack"), r"unknown task 'stack'.*drawer_open.*push"),
+    (lambda: tasks.make("push", obs_mode="rgb"), r"obs_mode='rgb'.*pixels_state"),
+    (lambda: tasks.make("push", camera="top"), r"camera='top'.*front.*wrist"),
+    (lambda: tasks.make("push", frobnicate=1), r"unknown option.*frobnicate.*allowed"),
+    (lambda: tasks.make("push", difficulty=1.5), r"difficulty=1.5.*\[0, 1\]"),
+    (lambda: tasks.make("push", render_quality="ultra"), r"render_quality='ultra'"),
+    (lambda: tasks.make("push", reward_weights={"speed": 1}), r"speed.*terms are"),
+    (lambda: tasks.make("push", randomization={"mass": (2, 1)}), r"randomization.mass"),
+])
+def test_bad_options_raise_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"difficulty": -0.1}, r"difficulty=-0.1.*\[0, 1\]"),
+    ({"difficulty": "hard"}, r"difficulty='hard'"),
+    ({"difficulty": {"height": 0.5}}, r"unknown difficulty level.*goal_distance"),
+    ({"seed_state": 1}, r"unknown reset option.*allowed"),
+    ({"snapshot": "abc"}, r"expected a tasks.Snapshot"),
+    ({"instruction": "fly to the moon"}, r"'fly' .*not in the vocabulary"),
+])
+def test_bad_reset_options_raise(options, match):
+    env = tasks.make("push")
+    with pytest.raises(ValueError, match=match):
+        env.reset(seed=0, options=options)
+
+
+def test_step_before_reset_raises():
+    with pytest.raises(RuntimeError, match="reset"):
+        tasks.make("reach").step(np.zeros(4))
+
+
+def test_physics_divergence_truncates_with_physics_error():
+    env = tasks.make("push", obs_mode="pixels_state", image_size=32)
+    env.reset(seed=0)
+    env.data.qvel[:] = 1e300  # as a blown-up simulation would leave it
+    obs, reward, terminated, truncated, info = env.step(np.zeros(4))
+    assert truncated and not terminated and reward == 0.0
+    assert "physics_error" in info and not info["is_success"]
+    assert np.all(np.isfinite(obs["state"]))
+    env.reset(seed=1)  # the env is usable again after a reset
+    env.step(np.zeros(4))
