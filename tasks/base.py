@@ -25,10 +25,9 @@ MAX_DELTA = 0.02  # metres of end-effector motion per control step at |action| =
 WORKSPACE_LOW = np.array([-0.3, -0.3, 0.0])
 WORKSPACE_HIGH = np.array([0.3, 0.3, 0.35])
 PROPRIO_DIM = 8
-_UNSTABLE = np.array([
-    mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
-    mujoco.mjtWarning.mjWARN_BADQACC,
-], dtype=int)
+_BADQPOS = int(mujoco.mjtWarning.mjWARN_BADQPOS)
+_BADQVEL = int(mujoco.mjtWarning.mjWARN_BADQVEL)
+_BADQACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
 
 
 @dataclass(frozen=True)
@@ -124,6 +123,11 @@ class TaskConfig:
                 f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
             )
         return cls(**options)
+
+
+def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Euclidean distance of two small vectors (far cheaper than ``np.linalg.norm`` here)."""
+    return math.dist(a.tolist(), b.tolist())
 
 
 def check_difficulty(value: Any) -> float:
@@ -282,6 +286,8 @@ class ManipulationEnv(gym.Env):
         self._gripper_qvel = int(m.joint("gripper_free").dofadr[0])
         self._finger_qpos = [int(m.joint(f"finger_{s}").qposadr[0]) for s in ("left", "right")]
         self._finger_ctrl = [m.actuator(f"finger_{s}").id for s in ("left", "right")]
+        assert self._finger_ctrl[1] == self._finger_ctrl[0] + 1, "finger actuators are adjacent"
+        self._finger_ctrl_slice = slice(self._finger_ctrl[0], self._finger_ctrl[0] + 2)
         self._object_bodies = np.array(
             [b for b in range(m.nbody) if m.body_jntnum[b] > 0 and b != self.gripper_body
              and m.body_parentid[b] != self.gripper_body], dtype=int,
@@ -391,7 +397,7 @@ class ManipulationEnv(gym.Env):
         )
         self._gripper_cmd = float(action[3])
         self._set_fingers(self._gripper_cmd)
-        warnings_before = int(d.warning.number[_UNSTABLE].sum())
+        warnings_before = self._unstable_count()
         mujoco.mj_step(m, d, self.config.substeps)
         # Fresh positions for observation and success (mj_step leaves them one substep old);
         # mj_kinematics + mj_camlight touch no solver state, so replays stay bit-exact.
@@ -525,7 +531,7 @@ class ManipulationEnv(gym.Env):
     def _set_fingers(self, command: float) -> None:
         span = scene.FINGER_OPEN - scene.FINGER_CLOSED
         opening = scene.FINGER_CLOSED + span * (1 - command) / 2
-        self.data.ctrl[self._finger_ctrl] = opening
+        self.data.ctrl[self._finger_ctrl_slice] = opening
 
     def _set_instruction(self, text: str) -> None:
         self.instruction = text
@@ -553,14 +559,18 @@ class ManipulationEnv(gym.Env):
     @property
     def finger_opening(self) -> float:
         """Distance between the fingers' inner faces, metres."""
-        return float(sum(self.data.qpos[a] for a in self._finger_qpos) - 0.012)
+        left, right = self._finger_qpos
+        qpos = self.data.qpos
+        return float(qpos[left] + qpos[right]) - 0.012
 
     def proprio(self) -> np.ndarray:
         v = self._gripper_qvel
-        return np.concatenate((
-            self.ee_position, self.data.qvel[v:v + 3],
-            (self.finger_opening, self._gripper_cmd),
-        )).astype(np.float32)
+        proprio = np.empty(PROPRIO_DIM, np.float32)
+        proprio[:3] = self.data.site_xpos[self.ee_site]
+        proprio[3:6] = self.data.qvel[v:v + 3]
+        proprio[6] = self.finger_opening
+        proprio[7] = self._gripper_cmd
+        return proprio
 
     def _observe(self, safe: bool = False) -> dict[str, np.ndarray]:
         obs: dict[str, np.ndarray] = {}
@@ -598,10 +608,14 @@ class ManipulationEnv(gym.Env):
             "steps": self.steps,
         }
 
+    def _unstable_count(self) -> int:
+        number = self.data.warning.number
+        return int(number[_BADQPOS]) + int(number[_BADQVEL]) + int(number[_BADQACC])
+
     def _physics_error(self, warnings_before: int) -> str | None:
         # MuJoCo checks positions, velocities and accelerations on every step; on NaN or a huge
         # value it warns and resets the data.
-        if int(self.data.warning.number[_UNSTABLE].sum()) == warnings_before:
+        if self._unstable_count() == warnings_before:
             return None
         return (f"MuJoCo found the simulation unstable (NaN, inf or huge qpos/qvel/qacc) and "
                 f"reset it at t={self.data.time:.3f}s")

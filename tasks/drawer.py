@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task
+from tasks.base import ManipulationEnv, Task, distance
 from tasks.reach import move_towards
 
 OPEN_THRESHOLD = 0.10
@@ -58,7 +58,7 @@ class DrawerOpen(Task):
     def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
         handle = env.data.site_xpos[self.handle_site]
         return {
-            "reach": -float(np.linalg.norm(env.ee_position - handle)),
+            "reach": -distance(env.ee_position, handle),
             "open": self.opening(env) / scene.DRAWER_TRAVEL,
             "success": float(success),
         }

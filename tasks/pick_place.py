@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task
+from tasks.base import ManipulationEnv, Task, distance
 from tasks.push import HOME, sample_goal
 from tasks.reach import move_towards
 
@@ -21,12 +21,12 @@ SUCCESS_RADIUS = 0.03
 
 def place_success(cube: np.ndarray, goal: np.ndarray) -> bool:
     """Cube centre within ``SUCCESS_RADIUS`` of the goal."""
-    return bool(np.linalg.norm(cube - goal) < SUCCESS_RADIUS)
+    return distance(cube, goal) < SUCCESS_RADIUS
 
 
 def is_grasped(ee: np.ndarray, cube: np.ndarray, finger_opening: float) -> bool:
     """The cube sits between closed fingers: near the grasp point, fingers on its faces."""
-    return bool(np.linalg.norm(ee - cube) < 0.02 and finger_opening < 2 * scene.CUBE_HALF + 0.006)
+    return distance(ee, cube) < 0.02 and finger_opening < 2 * scene.CUBE_HALF + 0.006
 
 
 class PickPlace(Task):
@@ -66,9 +66,9 @@ class PickPlace(Task):
     def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
         cube = env.data.xpos[self.cube_body]
         return {
-            "reach": -float(np.linalg.norm(env.ee_position - cube)),
+            "reach": -distance(env.ee_position, cube),
             "grasp": float(is_grasped(env.ee_position, cube, env.finger_opening)),
-            "place": -float(np.linalg.norm(cube - self.state["goal"])),
+            "place": -distance(cube, self.state["goal"]),
             "success": float(success),
         }
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task
+from tasks.base import ManipulationEnv, Task, distance
 from tasks.reach import move_towards
 
 CUBES = ("red", "blue", "yellow")
@@ -24,7 +24,7 @@ HOME = np.array([0.0, 0.02])  # centre of the spawn region on the table
 
 def push_success(cube: np.ndarray, goal: np.ndarray) -> bool:
     """Cube centre within ``SUCCESS_RADIUS`` of the goal in x-y, and on the table."""
-    return bool(np.linalg.norm(cube[:2] - goal[:2]) < SUCCESS_RADIUS and cube[2] < 0.03)
+    return distance(cube[:2], goal[:2]) < SUCCESS_RADIUS and bool(cube[2] < 0.03)
 
 
 def _far_from(point: np.ndarray, others: list[np.ndarray], distance: float) -> bool:
@@ -113,8 +113,8 @@ class Push(Task):
     def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
         cube = self.cube_position(env)
         return {
-            "reach": -float(np.linalg.norm(env.ee_position - cube)),
-            "push": -float(np.linalg.norm(cube[:2] - self.state["goal"][:2])),
+            "reach": -distance(env.ee_position, cube),
+            "push": -distance(cube[:2], self.state["goal"][:2]),
             "success": float(success),
         }
 

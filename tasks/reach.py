@@ -11,14 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import MAX_DELTA, ManipulationEnv, Task
+from tasks.base import MAX_DELTA, ManipulationEnv, Task, distance
 
 SUCCESS_RADIUS = 0.03
 
 
 def reach_success(ee: np.ndarray, goal: np.ndarray) -> bool:
     """Grasp point within ``SUCCESS_RADIUS`` of the goal."""
-    return bool(np.linalg.norm(ee - goal) < SUCCESS_RADIUS)
+    return distance(ee, goal) < SUCCESS_RADIUS
 
 
 def move_towards(ee: np.ndarray, target: np.ndarray, gain: float = 1.0) -> np.ndarray:
@@ -58,8 +58,8 @@ class Reach(Task):
         return reach_success(env.ee_position, self.state["goal"])
 
     def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
-        distance = float(np.linalg.norm(env.ee_position - self.state["goal"]))
-        return {"distance": -distance, "success": float(success)}
+        return {"distance": -distance(env.ee_position, self.state["goal"]),
+                "success": float(success)}
 
     def expert_action(self, env: ManipulationEnv) -> np.ndarray:
         return np.append(move_towards(env.ee_position, self.state["goal"]), -1.0)
