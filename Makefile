@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test setup lint bench
 
 run: $(STAMP)
-	$(PY) scripts/rollout_experts.py
+	$(PY) scripts/main.py
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -1,7 +1,7 @@
 """``push``: push the named cube onto the green target.
 
 Three cubes exist in every scene (red, blue, yellow); one is named in the instruction ("push the
-blue cube to the green target"), the others are distractors or wait on a hidden shelf under the
+blue cube to the green target"), the others are distractors or wait welded in place under the
 table. Difficulty levels (each in [0, 1]): ``goal_distance`` (target 6 to 18 cm from the cube),
 ``spawn`` (cube box +-3 to +-15 cm, gripper start box) and ``distractors`` (0 below 1/3, 1 below
 2/3, else 2 distractor cubes on the table). Success: the named cube's centre within 3 cm of the
@@ -56,11 +56,13 @@ class Push(Task):
 
     def build(self, spec) -> None:
         for i, colour in enumerate(CUBES):
-            scene.add_cube(spec, f"cube_{colour}", colour, parked_x=-0.2 + 0.2 * i)
+            scene.add_cube(spec, f"cube_{colour}", colour, parked_x=-0.2 + 0.2 * i,
+                           parkable=True)
         scene.add_marker(spec, "goal", "green", radius=0.03)
 
     def bind(self, model) -> None:
         self.cube_bodies = [model.body(f"cube_{c}").id for c in CUBES]
+        self.park_welds = [model.equality(f"park_cube_{c}").id for c in CUBES]
         self.goal_mocap = int(model.body("goal").mocapid[0])
 
     def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
@@ -74,6 +76,7 @@ class Push(Task):
         behind = cube - 0.08 * (goal - cube) / np.linalg.norm(goal - cube)
         placed = [cube, goal]
         for i, colour in enumerate(CUBES):
+            parked = i != target
             if i == target:
                 position = (*cube, scene.CUBE_HALF)
             else:
@@ -85,9 +88,11 @@ class Push(Task):
                                 _distance_to_segment(xy, behind, goal) > 0.06:
                             placed.append(xy)
                             position = (*xy, scene.CUBE_HALF)
+                            parked = False
                             count -= 1
                             break
             env.set_free_body(f"cube_{colour}", position)
+            env.data.eq_active[self.park_welds[i]] = parked
         env.data.mocap_pos[self.goal_mocap] = (*goal, 0.0)
         self.state = {
             "goal": np.array([*goal, scene.CUBE_HALF]),

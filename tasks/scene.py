@@ -17,7 +17,7 @@ TABLE_HALF = (0.45, 0.45, 0.025)
 CUBE_HALF = 0.02
 FINGER_OPEN = 0.055  # joint position of a fully open finger (inner face at 0.049 m)
 FINGER_CLOSED = 0.004
-PARK_Z = -0.25  # height of the hidden shelf under the table where unused objects wait
+PARK_Z = -0.25  # height under the table where unused objects wait, held by a weld
 
 COLOURS: dict[str, tuple[float, float, float, float]] = {
     "red": (0.85, 0.15, 0.15, 1.0),
@@ -73,7 +73,7 @@ def new_spec(options: SceneOptions) -> mujoco.MjSpec:
 
 
 def add_table(spec: mujoco.MjSpec) -> None:
-    """A table whose top is the plane ``z = 0``, a floor, and a hidden shelf for parked objects."""
+    """A table whose top is the plane ``z = 0`` and a floor."""
     world = spec.worldbody
     world.add_geom(
         name="table",
@@ -91,13 +91,6 @@ def add_table(spec: mujoco.MjSpec) -> None:
         rgba=[0.35, 0.37, 0.4, 1],
         contype=0,
         conaffinity=0,
-    )
-    world.add_geom(
-        name="shelf",
-        type=mujoco.mjtGeom.mjGEOM_BOX,
-        size=[0.4, 0.1, 0.01],
-        pos=[0, 0.2, PARK_Z - 0.01],
-        rgba=[0.3, 0.3, 0.3, 1],
     )
 
 
@@ -175,10 +168,27 @@ def add_gripper(spec: mujoco.MjSpec, start: tuple[float, float, float] = (0, -0.
     )
 
 
-def add_cube(spec: mujoco.MjSpec, name: str, colour: str, parked_x: float) -> None:
-    """A free cube, created on the hidden shelf; tasks place it at reset."""
-    body = spec.worldbody.add_body(name=name, pos=[parked_x, 0.2, PARK_Z + CUBE_HALF])
+def add_cube(spec: mujoco.MjSpec, name: str, colour: str, parked_x: float,
+             parkable: bool = False) -> None:
+    """A free cube, created at its parking spot under the table; tasks place it at reset.
+
+    With ``parkable``, a weld named ``park_<name>`` holds it at that spot while active: a task
+    that does not use the cube in an episode switches the weld on (``data.eq_active``, which
+    snapshots carry) instead of letting it rest on a shelf, because resting contacts cost the
+    solver four times the rows of one weld.
+    """
+    parking = np.array([parked_x, 0.2, PARK_Z + CUBE_HALF])
+    body = spec.worldbody.add_body(name=name, pos=parking)
     body.add_freejoint(name=name)
+    if parkable:
+        relpose = np.zeros(12)
+        relpose[3:6] = parking  # the cube's pose in the world frame
+        relpose[6] = 1.0
+        relpose[10] = 1.0  # torque scale
+        spec.add_equality(
+            name=f"park_{name}", type=mujoco.mjtEq.mjEQ_WELD, name1="world", name2=name,
+            objtype=mujoco.mjtObj.mjOBJ_BODY, data=relpose, active=False,
+        )
     body.add_geom(
         name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF] * 3, rgba=COLOURS[colour],
         mass=0.05, friction=[1.0, 0.01, 0.0001], condim=4,

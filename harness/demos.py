@@ -1,0 +1,311 @@
+"""Scripted-expert demonstrations in HDF5, in robomimic's layout.
+
+One file holds the episodes of one task under one set of environment options::
+
+    data/                        attrs: env_args (JSON), total (steps over all demos)
+        demo_0/                  attrs: num_samples, success, seed
+            obs/<key>            (T, ...) one dataset per observation key, as the env returns it
+            actions              (T, 4) float32, the action executed (expert plus its noise)
+            rewards              (T,) float32
+            dones                (T,) uint8, 1 on the step that ended the episode
+        demo_1/ ...
+
+``obs[t]`` is the observation the action ``actions[t]`` was chosen on. ``env_args`` is
+``{"env_name": task, "env_kwargs": {...}, "collection": {...}}``: :func:`rebuild_env` turns it back
+into the environment the demos came from, so a policy trained on them is evaluated on the same
+observations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+from tqdm import tqdm
+
+import tasks
+
+MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
+_DEMO_NAME = re.compile(r"demo_(\d+)")
+
+
+@dataclass(frozen=True)
+class Demos:
+    """Demonstrations of one file, concatenated over episodes (``N`` steps in all).
+
+    Attributes:
+        obs: Observation key -> ``(N, ...)`` array, dtypes as the environment returns them.
+        actions: ``(N, action_dim)`` float32 executed actions.
+        rewards: ``(N,)`` float32.
+        dones: ``(N,)`` bool, true on each episode's last step.
+        episode_ids: ``(N,)`` int64, index of the step's episode in ``[0, num_episodes)``.
+        successes: ``(num_episodes,)`` bool, the episode ended in success.
+        seeds: ``(num_episodes,)`` int64, the ``reset`` seed of each episode.
+        env_args: The file's ``env_args`` (see :func:`rebuild_env`).
+    """
+
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    episode_ids: np.ndarray
+    successes: np.ndarray
+    seeds: np.ndarray
+    env_args: dict[str, Any]
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.successes)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+def rebuild_env(env_args: dict[str, Any] | str, **overrides: Any) -> tasks.ManipulationEnv:
+    """The environment a demo file was recorded in.
+
+    Args:
+        env_args: The ``env_args`` of a demo file, as a dict or its JSON string.
+        **overrides: Arguments of :func:`tasks.make` replacing the recorded ones, e.g.
+            ``render_mode="rgb_array"`` for videos or ``max_episode_steps=200``.
+
+    Returns:
+        ``tasks.make(env_args["env_name"], **env_args["env_kwargs"], **overrides)``.
+
+    Raises:
+        ValueError: ``env_args`` lacks ``env_name`` or ``env_kwargs``, or an option is invalid.
+    """
+    if isinstance(env_args, str):
+        env_args = json.loads(env_args)
+    missing = [key for key in ("env_name", "env_kwargs") if key not in env_args]
+    if missing:
+        raise ValueError(f"env_args lacks {missing}; got keys {sorted(env_args)}")
+    return tasks.make(env_args["env_name"], **{**env_args["env_kwargs"], **overrides})
+
+
+def collect_demos(
+    path: str | os.PathLike,
+    task: str,
+    episodes: int,
+    noise: float = 0.0,
+    obs_mode: str = "pixels_state",
+    camera: str = "front",
+    image_size: int = 84,
+    difficulty: float = 1.0,
+    seed: int = 0,
+    only_successes: bool = True,
+    max_episode_steps: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Record scripted-expert episodes of ``task`` into an HDF5 file at ``path``.
+
+    Attempt ``i`` starts from ``reset(seed=seed + i, options={"difficulty": difficulty})`` and its
+    expert's noise generator is seeded with the same number, so each demo can be replayed from its
+    ``seed`` attribute alone. The file is written to a temporary name beside ``path`` and moved
+    into place at the end: an interrupted collection never leaves a partial file behind.
+
+    Args:
+        path: Output file; its folder is created.
+        task: A name in :data:`tasks.TASKS`.
+        episodes: Demos to record. With ``only_successes``, failed attempts are dropped and
+            retried on the next seed, up to ``MAX_TRIES_PER_DEMO * episodes`` attempts.
+        noise: Standard deviation of Gaussian noise on the expert's actions (the noisy, clipped
+            action is what is executed and recorded).
+        obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
+        camera: Camera of the pixel observations.
+        image_size: Side of the pixel observations.
+        difficulty: Start-state difficulty in [0, 1].
+        seed: Seed of the first attempt.
+        only_successes: Keep only successful episodes; otherwise keep all and mark each one's
+            ``success`` attribute.
+        max_episode_steps: Override of the task's episode limit.
+        progress: Show a progress bar.
+
+    Returns:
+        ``{"path", "episodes", "attempts", "steps", "expert_success_rate"}``: demos kept,
+        attempts made, steps stored and the expert's success over all attempts.
+
+    Raises:
+        ValueError: ``episodes < 1`` or an invalid task option.
+        RuntimeError: With ``only_successes``, the expert did not succeed ``episodes`` times
+            within the attempts allowed; nothing is written.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes}; must be >= 1")
+    env_kwargs = {
+        "obs_mode": obs_mode,
+        "camera": camera,
+        "image_size": int(image_size),
+        "difficulty": float(difficulty),
+        "max_episode_steps": max_episode_steps,
+    }
+    env_args = {
+        "env_name": task,
+        "env_kwargs": env_kwargs,
+        "collection": {"noise": float(noise), "seed": int(seed), "only_successes": only_successes},
+    }
+    env = rebuild_env(env_args)
+    max_attempts = MAX_TRIES_PER_DEMO * episodes if only_successes else episodes
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A unique name in the same folder (os.replace is atomic only within one file system),
+    # created by h5py so that it gets the usual permissions, unlike a mkstemp file's 0600.
+    tmp_name = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    kept = attempts = successes = total = 0
+    bar = tqdm(total=episodes, desc=f"demos {task}", disable=not progress, leave=False)
+    try:
+        with h5py.File(tmp_name, "w") as f:
+            data = f.create_group("data")
+            while kept < episodes and attempts < max_attempts:
+                episode_seed = seed + attempts
+                episode = _record_episode(env, episode_seed, difficulty, noise)
+                attempts += 1
+                successes += episode["success"]
+                if only_successes and not episode["success"]:
+                    continue
+                _write_demo(data.create_group(f"demo_{kept}"), episode, episode_seed)
+                kept += 1
+                total += len(episode["actions"])
+                bar.update(1)
+            if kept < episodes:
+                raise RuntimeError(
+                    f"the {task} expert (noise={noise}, difficulty={difficulty}) succeeded in"
+                    f" {successes} of {attempts} attempts, short of the {episodes} demos asked"
+                    " for; lower the noise or the difficulty"
+                )
+            data.attrs["env_args"] = json.dumps(env_args)
+            data.attrs["total"] = total
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    finally:
+        bar.close()
+        env.close()
+    return {
+        "path": str(path),
+        "episodes": kept,
+        "attempts": attempts,
+        "steps": total,
+        "expert_success_rate": successes / attempts,
+    }
+
+
+def _record_episode(
+    env: tasks.ManipulationEnv, seed: int, difficulty: float, noise: float
+) -> dict[str, Any]:
+    """One expert episode: per-key observation lists, actions, rewards, dones and success."""
+    expert = tasks.ScriptedExpert(env, noise=noise, seed=seed)
+    obs, info = env.reset(seed=seed, options={"difficulty": float(difficulty)})
+    observations: dict[str, list[np.ndarray]] = {key: [] for key in obs}
+    actions, rewards, dones = [], [], []
+    done = False
+    while not done:
+        action = expert()
+        for key, value in obs.items():
+            observations[key].append(value)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        actions.append(action)
+        rewards.append(reward)
+        dones.append(done)
+    return {
+        "obs": {key: np.stack(values) for key, values in observations.items()},
+        "actions": np.asarray(actions, dtype=np.float32),
+        "rewards": np.asarray(rewards, dtype=np.float32),
+        "dones": np.asarray(dones, dtype=np.uint8),
+        "success": bool(info["is_success"]),
+    }
+
+
+def _write_demo(group: h5py.Group, episode: dict[str, Any], seed: int) -> None:
+    for key, array in episode["obs"].items():
+        # Images dominate the file size and compress well; small vectors are not worth it.
+        compression = "gzip" if array.dtype == np.uint8 else None
+        group.create_dataset(f"obs/{key}", data=array, compression=compression)
+    for key in ("actions", "rewards", "dones"):
+        group.create_dataset(key, data=episode[key])
+    group.attrs["num_samples"] = len(episode["actions"])
+    group.attrs["success"] = episode["success"]
+    group.attrs["seed"] = seed
+
+
+def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None = None) -> Demos:
+    """Read a demo file written by :func:`collect_demos`, concatenating its episodes in order.
+
+    Args:
+        path: The HDF5 file.
+        keys: Observation keys to load (all when ``None``); loading only ``state`` skips the
+            images.
+
+    Returns:
+        The demonstrations.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: The file is not HDF5, lacks the ``data`` group, its attributes or any demo,
+            a requested key is missing, or a demo's arrays disagree in length.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no demo file at {path}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"{path} is not a readable HDF5 demo file: {error}") from error
+    with f:
+        if "data" not in f or "env_args" not in f["data"].attrs:
+            raise ValueError(f"{path} has no 'data' group with an 'env_args' attribute")
+        data = f["data"]
+        env_args = json.loads(data.attrs["env_args"])
+        names = sorted(
+            (name for name in data if _DEMO_NAME.fullmatch(name)),
+            key=lambda name: int(name[len("demo_"):]),
+        )
+        if not names:
+            raise ValueError(f"{path} holds no demo_<i> groups under 'data'")
+        available = sorted(data[names[0]]["obs"])
+        wanted = available if keys is None else list(keys)
+        unknown = sorted(set(wanted) - set(available))
+        if unknown:
+            raise ValueError(f"{path} has no observation key(s) {unknown}; it has {available}")
+        try:
+            episodes = [_read_demo(data[name], wanted) for name in names]
+        except (KeyError, OSError) as error:
+            raise ValueError(f"{path} is damaged: {error}") from error
+    for name, episode in zip(names, episodes, strict=True):
+        lengths = {len(a) for a in (*episode["obs"].values(), episode["actions"],
+                                    episode["rewards"], episode["dones"])}
+        if len(lengths) != 1:
+            raise ValueError(f"{path}: arrays of {name} disagree in length ({sorted(lengths)})")
+    return Demos(
+        obs={key: np.concatenate([e["obs"][key] for e in episodes]) for key in wanted},
+        actions=np.concatenate([e["actions"] for e in episodes]).astype(np.float32),
+        rewards=np.concatenate([e["rewards"] for e in episodes]).astype(np.float32),
+        dones=np.concatenate([e["dones"] for e in episodes]).astype(bool),
+        episode_ids=np.concatenate(
+            [np.full(len(e["actions"]), i, dtype=np.int64) for i, e in enumerate(episodes)]
+        ),
+        successes=np.array([e["success"] for e in episodes], dtype=bool),
+        seeds=np.array([e["seed"] for e in episodes], dtype=np.int64),
+        env_args=env_args,
+    )
+
+
+def _read_demo(group: h5py.Group, keys: list[str]) -> dict[str, Any]:
+    return {
+        "obs": {key: group["obs"][key][()] for key in keys},
+        "actions": group["actions"][()],
+        "rewards": group["rewards"][()],
+        "dones": group["dones"][()],
+        "success": bool(group.attrs["success"]),
+        "seed": int(group.attrs["seed"]),
+    }

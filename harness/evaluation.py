@@ -1,0 +1,279 @@
+"""Evaluation of a policy: success rate with its Wilson interval, episode length, per difficulty.
+
+:func:`evaluate` is the generic core: a policy function (observation dict -> action), a factory of
+task environments, held-out seeds and difficulties. Every trainer uses it, for periodic and final
+evaluation, with its own policies; :func:`load_policy` and :func:`evaluate_checkpoint` add the
+checkpoint side (``scripts/evaluate.py``).
+
+**Loading contract.** A checkpoint's metadata names its ``algo``; the module that trains that
+algorithm provides ``load_policy(checkpoint: Path, metadata: dict, device: str) -> PolicyFn`` where
+the policy function takes the task's raw observation dict and returns a deterministic action
+(SB3 algorithms: :func:`harness.algos.sb3.load_policy`; group algorithms:
+``harness.algos.group.load_policy``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from harness.config import SB3_ALGOS
+from harness.stats import wilson_interval
+
+PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
+EnvFactory = Callable[[], gym.Env]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """Outcome of one evaluation episode (success is ``info["is_success"]`` at its last step)."""
+
+    difficulty: float
+    seed: int
+    success: bool
+    length: int
+    episode_return: float
+
+
+@dataclass
+class EvaluationResult:
+    """Episodes of one evaluation, and the frames of the recorded ones."""
+
+    episodes: list[Episode]
+    videos: list[list[np.ndarray]] = field(default_factory=list)
+
+    @property
+    def successes(self) -> int:
+        return sum(e.success for e in self.episodes)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / max(len(self.episodes), 1)
+
+    @property
+    def success_interval(self) -> tuple[float, float]:
+        """95% Wilson score interval of the success rate."""
+        return wilson_interval(self.successes, len(self.episodes))
+
+    @property
+    def mean_length(self) -> float:
+        return float(np.mean([e.length for e in self.episodes])) if self.episodes else 0.0
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean([e.episode_return for e in self.episodes])) if self.episodes else 0.0
+
+    def per_difficulty(self) -> list[dict[str, float]]:
+        """One row per difficulty: episodes, success rate and interval, mean length."""
+        rows = []
+        for difficulty in sorted({e.difficulty for e in self.episodes}):
+            subset = [e for e in self.episodes if e.difficulty == difficulty]
+            successes = sum(e.success for e in subset)
+            low, high = wilson_interval(successes, len(subset))
+            rows.append({
+                "difficulty": difficulty,
+                "episodes": len(subset),
+                "success_rate": successes / len(subset),
+                "success_low": low,
+                "success_high": high,
+                "mean_length": float(np.mean([e.length for e in subset])),
+            })
+        return rows
+
+    def metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """Namespaced scalars for a run's log (``eval/success_rate``, ...)."""
+        low, high = self.success_interval
+        out = {
+            f"{prefix}/success_rate": self.success_rate,
+            f"{prefix}/success_low": low,
+            f"{prefix}/success_high": high,
+            f"{prefix}/mean_length": self.mean_length,
+            f"{prefix}/mean_return": self.mean_return,
+        }
+        rows = self.per_difficulty()
+        if len(rows) > 1:
+            for row in rows:
+                out[f"{prefix}/success_rate_d{row['difficulty']:.2f}"] = row["success_rate"]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able summary (the evaluation part of ``summary.json``)."""
+        return {
+            "success_rate": self.success_rate,
+            "success_interval": list(self.success_interval),
+            "episodes": len(self.episodes),
+            "mean_episode_length": self.mean_length,
+            "mean_return": self.mean_return,
+            "per_difficulty": self.per_difficulty(),
+        }
+
+    def table(self) -> str:
+        """The per-difficulty results as a Markdown table."""
+        lines = ["| difficulty | episodes | success | 95% interval | mean length |",
+                 "|---:|---:|---:|:---:|---:|"]
+        for row in self.per_difficulty():
+            lines.append(
+                f"| {row['difficulty']:.2f} | {row['episodes']} | {row['success_rate']:.3f} | "
+                f"[{row['success_low']:.3f}, {row['success_high']:.3f}] | "
+                f"{row['mean_length']:.1f} |"
+            )
+        low, high = self.success_interval
+        lines.append(f"| all | {len(self.episodes)} | {self.success_rate:.3f} | "
+                     f"[{low:.3f}, {high:.3f}] | {self.mean_length:.1f} |")
+        return "\n".join(lines)
+
+
+def evaluate(
+    policy_fn: PolicyFn,
+    env_factory: EnvFactory,
+    episodes: int,
+    difficulties: Sequence[float] = (1.0,),
+    seed: int = 0,
+    video_episodes: int = 0,
+) -> EvaluationResult:
+    """Play ``episodes`` episodes at each difficulty and collect their outcomes.
+
+    Episode ``j`` at every difficulty starts from ``reset(seed=seed + j, options={"difficulty":
+    d})``, so two evaluations with the same seed see the same start states (common random
+    numbers), and seeds far from the training ones are held out.
+
+    Args:
+        policy_fn: Task observation dict -> action (deterministic for a fair comparison).
+        env_factory: Builds one task environment (``render_mode="rgb_array"`` to record videos);
+            it is closed at the end.
+        episodes: Episodes per difficulty.
+        difficulties: Difficulties in [0, 1].
+        seed: Seed of the first episode.
+        video_episodes: Episodes (the first ones of the first difficulty) whose ``render()``
+            frames are kept in ``result.videos``.
+
+    Returns:
+        The episodes and recorded frames.
+
+    Raises:
+        ValueError: ``episodes`` < 1, no difficulty, or video requested from an env that renders
+            nothing.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes}; must be >= 1")
+    if not difficulties:
+        raise ValueError("difficulties is empty; give at least one difficulty in [0, 1]")
+    env = env_factory()
+    results: list[Episode] = []
+    videos: list[list[np.ndarray]] = []
+    try:
+        for difficulty in difficulties:
+            for j in range(episodes):
+                record = len(videos) < video_episodes and difficulty == difficulties[0]
+                obs, info = env.reset(seed=seed + j, options={"difficulty": float(difficulty)})
+                frames = [_frame(env)] if record else []
+                total, length, done = 0.0, 0, False
+                while not done:
+                    obs, reward, terminated, truncated, info = env.step(policy_fn(obs))
+                    total += float(reward)
+                    length += 1
+                    done = terminated or truncated
+                    if record:
+                        frames.append(_frame(env))
+                results.append(Episode(float(difficulty), seed + j, bool(info["is_success"]),
+                                       length, total))
+                if record:
+                    videos.append(frames)
+    finally:
+        env.close()
+    return EvaluationResult(results, videos)
+
+
+def _frame(env: gym.Env) -> np.ndarray:
+    frame = env.render()
+    if frame is None:
+        raise ValueError("video requested but the environment renders nothing; build it with "
+                         "render_mode='rgb_array'")
+    return frame
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def trainer_module(algo: str) -> str:
+    """The module whose ``load_policy`` reads checkpoints of ``algo``."""
+    return "harness.algos.sb3" if algo in SB3_ALGOS else "harness.algos.group"
+
+
+def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu") -> PolicyFn:
+    """Deterministic policy function of a checkpoint, by the trainer of its ``algo``.
+
+    Raises:
+        ValueError: The algorithm's trainer module is not in this checkout.
+    """
+    from harness.runs import ALGORITHMS
+
+    algo = metadata["algo"]
+    if algo not in ALGORITHMS:
+        raise ValueError(f"checkpoint of unknown algo {algo!r}; known: {sorted(ALGORITHMS)}")
+    name = trainer_module(algo)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        raise ValueError(
+            f"checkpoint of algo={algo!r} needs {name}, which this checkout lacks"
+        ) from None
+    return module.load_policy(checkpoint, metadata, device)
+
+
+def task_env_factory(metadata: dict[str, Any], render: bool = False) -> EnvFactory:
+    """Factory of the task environment a checkpoint was trained on (raw observations)."""
+    import tasks
+
+    options = metadata["task_options"]
+
+    def factory() -> gym.Env:
+        return tasks.make(metadata["task"], render_mode="rgb_array" if render else None, **options)
+
+    return factory
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    episodes: int = 100,
+    difficulties: Sequence[float] | None = None,
+    seed: int | None = None,
+    video_episodes: int = 0,
+    device: str = "cpu",
+) -> tuple[EvaluationResult, dict[str, Any]]:
+    """Evaluate a saved checkpoint on the task it was trained on.
+
+    Args:
+        checkpoint: Anything :func:`harness.runs.resolve_checkpoint` accepts.
+        episodes: Episodes per difficulty.
+        difficulties: Defaults to the training run's evaluation difficulties.
+        seed: First episode seed; defaults to the training run's evaluation seed.
+        video_episodes: Episodes to record (frames in ``result.videos``).
+        device: Torch device.
+
+    Returns:
+        ``(result, metadata)``.
+
+    Raises:
+        harness.runs.CheckpointError: Missing or corrupt checkpoint.
+    """
+    from harness.runs import resolve_checkpoint
+
+    path, metadata = resolve_checkpoint(checkpoint)
+    policy_fn = load_policy(path, metadata, device)
+    evaluation = metadata.get("evaluation", {})
+    if difficulties is None:
+        difficulties = evaluation.get("difficulties") or [
+            metadata["task_options"].get("difficulty", 1.0)
+        ]
+    if seed is None:
+        seed = int(evaluation.get("seed", 1_000_000))
+    result = evaluate(policy_fn, task_env_factory(metadata, render=video_episodes > 0),
+                      episodes, list(difficulties), seed, video_episodes)
+    return result, metadata

@@ -1,0 +1,153 @@
+"""Figures people would rather look at than read: learning curves of a run, and the curves and
+interval estimates of several runs per arm (``harness.report``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import EngFormatter  # noqa: E402
+
+from harness.runs import read_metrics  # noqa: E402
+
+
+def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | None = None,
+                   title: str = "learning curve") -> Path:
+    """Plot training success (per iteration), evaluation success and an optional baseline.
+
+    Args:
+        metrics_csv: A run's ``metrics.csv``.
+        out: PNG path to write.
+        baseline: A success rate drawn as a dashed line (e.g. the BC policy's).
+        title: Figure title.
+
+    Returns:
+        The PNG path.
+    """
+    series = read_metrics(metrics_csv)
+    figure, axis = plt.subplots(figsize=(7, 4), dpi=110)
+    for key, label, style in (
+        ("rollout/success_rate", "training attempts (sampled)", "-"),
+        ("rollout/signal_fraction", "groups with signal", ":"),
+        ("eval/success_rate", "held-out evaluation (greedy)", "o-"),
+        ("final/success_rate", "final evaluation", "s"),
+    ):
+        if key in series:
+            steps, values = zip(*series[key], strict=True)
+            axis.plot(steps, values, style, label=label, markersize=5)
+    if baseline is not None:
+        axis.axhline(baseline, color="grey", linestyle="--", label=f"BC policy ({baseline:.2f})")
+    axis.set_xlabel("environment steps")
+    axis.set_ylabel("success rate / fraction")
+    axis.set_ylim(-0.02, 1.02)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="best", fontsize=8)
+    axis.set_title(title)
+    figure.tight_layout()
+    out = Path(out)
+    figure.savefig(out)
+    plt.close(figure)
+    return out
+
+
+# ------------------------------------------------------------------- several runs (reports)
+def _arm_colours(arms: Sequence[str]) -> dict[str, str]:
+    """One colour per arm, the same in every figure of a report."""
+    return {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
+
+
+def interval_estimates(estimates: Mapping[str, tuple[float, float, float]],
+                       points: Mapping[str, Sequence[float]], out: str | Path,
+                       arms: Sequence[str] | None = None, xlabel: str = "score",
+                       title: str = "") -> Path:
+    """One row per arm: the point estimate with its interval, and each run's score as a dot.
+
+    Args:
+        estimates: ``{arm: (point, low, high)}``.
+        points: ``{arm: run scores}``.
+        out: PNG path to write.
+        arms: Arm order (top to bottom) and colours; defaults to ``estimates``' order.
+        xlabel: Axis label.
+        title: Figure title.
+
+    Returns:
+        The PNG path.
+    """
+    arms = list(arms or estimates)
+    colours = _arm_colours(arms)
+    shown = [arm for arm in arms if arm in estimates]
+    figure, axis = plt.subplots(figsize=(7, 1.2 + 0.6 * len(shown)), dpi=110)
+    for row, arm in enumerate(reversed(shown)):
+        point, low, high = estimates[arm]
+        axis.plot([low, high], [row, row], color=colours[arm], linewidth=6, alpha=0.35,
+                  solid_capstyle="butt")
+        axis.plot([point], [row], "|", color=colours[arm], markersize=18, markeredgewidth=2.5)
+        axis.plot(points.get(arm, []), [row] * len(points.get(arm, [])), "o",
+                  color=colours[arm], markersize=4, markerfacecolor="white")
+    axis.set_yticks(range(len(shown)), list(reversed(shown)), fontsize=8)
+    axis.set_ylim(-0.6, len(shown) - 0.4)
+    if all(0.0 <= min(low, *points.get(arm, [])) and max(high, *points.get(arm, [])) <= 1.0
+           for arm, (_, low, high) in estimates.items()):
+        axis.set_xlim(-0.02, 1.02)
+    axis.set_xlabel(xlabel)
+    axis.grid(axis="x", alpha=0.3)
+    axis.set_title(title, fontsize=10)
+    figure.tight_layout()
+    out = Path(out)
+    figure.savefig(out)
+    plt.close(figure)
+    return out
+
+
+def band_curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], ...]]],
+                out: str | Path, arms: Sequence[str] | None = None, ylabel: str = "",
+                title: str = "") -> Path:
+    """Curves with bands against environment steps, one panel per entry of ``panels``.
+
+    Args:
+        panels: ``{panel title: {arm: (steps, centre, low, high)}}``; an arm with a single step
+            is drawn as a point with an error bar.
+        out: PNG path to write.
+        arms: Arm order and colours; defaults to the order of first appearance.
+        ylabel: Axis label of the values.
+        title: Figure title.
+
+    Returns:
+        The PNG path.
+    """
+    arms = list(arms or dict.fromkeys(arm for curves in panels.values() for arm in curves))
+    colours = _arm_colours(arms)
+    figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), dpi=110,
+                                squeeze=False, sharey=True)
+    rates = all(0.0 <= np.min(c[2]) and np.max(c[3]) <= 1.0
+                for curves in panels.values() for c in curves.values())
+    for axis, (panel, curves) in zip(axes[0], panels.items(), strict=True):
+        for arm in arms:
+            if arm not in curves:
+                continue
+            steps, centre, low, high = (np.asarray(v, dtype=float) for v in curves[arm])
+            if len(steps) == 1:
+                axis.errorbar(steps, centre, yerr=[centre - low, high - centre], fmt="o",
+                              capsize=4, color=colours[arm], label=arm)
+                continue
+            axis.plot(steps, centre, color=colours[arm], label=arm)
+            axis.fill_between(steps, low, high, color=colours[arm], alpha=0.2, linewidth=0)
+        axis.set_title(panel, fontsize=10)
+        axis.set_xlabel("environment steps")
+        axis.xaxis.set_major_formatter(EngFormatter(sep=""))
+        axis.grid(alpha=0.3)
+        if rates:
+            axis.set_ylim(-0.02, 1.02)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(loc="best", fontsize=7)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    out = Path(out)
+    figure.savefig(out)
+    plt.close(figure)
+    return out

@@ -1,0 +1,502 @@
+"""Run directories: what a training run writes, and the registry of trainers that write it.
+
+A run directory (Hydra's output dir) holds::
+
+    config.yaml          the resolved TrainConfig
+    metrics.csv          step,time_s,key,value rows (long format), appended and flushed per call
+    tensorboard/         TensorBoard events of the same metrics
+    checkpoints/         latest.<ext> + latest.json, best.<ext> + best.json (atomic writes)
+    videos/              H.264 mp4 of evaluation episodes
+    summary.json         final evaluation (success_rate, its 95% Wilson interval, ...), env steps,
+                         wall-clock, fps, versions, git commit
+
+**Checkpoint metadata** (``<name>.json`` next to ``<name>.<ext>``) is how every tool finds out what
+a checkpoint holds without loading it: ``{"format": 1, "algo", "task", "task_options", "policy",
+"file", "sha256", "num_timesteps", "wall_clock_s", ...}`` plus whatever trainer state the algorithm
+adds. ``scripts/evaluate.py`` dispatches on ``algo``; the sha256 catches a corrupt file.
+
+**Trainers** are looked up by algorithm name in :data:`ALGORITHMS` and called as
+``train(config, run) -> dict`` (the final evaluation's summary, ``env_steps`` included); this
+module adds the bookkeeping and writes ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib
+import importlib.util
+import io
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig, to_yaml
+
+log = logging.getLogger(__name__)
+
+TrainFn = Callable[[TrainConfig, "Run"], dict[str, Any]]
+CHECKPOINT_FORMAT = 1
+METRICS_HEADER = ("step", "time_s", "key", "value")
+VERSIONED_PACKAGES = (
+    "vla-rl-harness", "numpy", "torch", "gymnasium", "mujoco", "stable-baselines3", "sb3-contrib",
+    "hydra-core", "omegaconf",
+)
+
+# Algorithm name -> "module:function" of its trainer, imported only when that algorithm runs.
+ALGORITHMS: dict[str, str] = {
+    **{name: "harness.algos.sb3:train" for name in SB3_ALGOS},
+    **{name: "harness.algos.group:train" for name in GROUP_ALGOS},
+}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, unreadable, corrupt or of another run."""
+
+
+def get_trainer(algo: str) -> TrainFn:
+    """The ``train(config, run)`` function of ``algo``.
+
+    Raises:
+        ValueError: Unknown algorithm (lists the choices), or its trainer module is not there yet.
+    """
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ALGORITHMS)}")
+    module_name, function = ALGORITHMS[algo].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise ValueError(
+            f"algo={algo!r} is trained by {module_name}.{function}, and {module_name} does not "
+            f"exist in this checkout yet; available now: {sorted(available_algorithms())}"
+        ) from None
+    return getattr(module, function)
+
+
+def available_algorithms() -> list[str]:
+    """Registered algorithms whose trainer module can be imported."""
+    found = []
+    for name, target in ALGORITHMS.items():
+        if importlib.util.find_spec(target.split(":")[0]) is not None:
+            found.append(name)
+    return found
+
+
+# --------------------------------------------------------------------------- atomic files
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` through a temporary file in the same folder and ``os.replace``, so that a
+    reader (or a killed writer) only ever sees the old or the new complete file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write` of a UTF-8 text."""
+    atomic_write(path, lambda file: file.write(text.encode()))
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def to_json(value: Any) -> str:
+    """JSON text with numpy values and paths converted."""
+    return json.dumps(value, indent=2, default=_json_default) + "\n"
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def write_checkpoint(
+    directory: Path,
+    name: str,
+    suffix: str,
+    save: Callable[[BinaryIO], None],
+    metadata: Mapping[str, Any],
+) -> Path:
+    """Write ``<name><suffix>`` and its ``<name>.json`` metadata atomically, checkpoint first.
+
+    Args:
+        directory: The ``checkpoints/`` folder.
+        name: ``latest``, ``best`` or another label.
+        suffix: File extension with its dot (``.zip`` for SB3, ``.pt`` for torch).
+        save: Writes the checkpoint's bytes to an open binary file.
+        metadata: JSON-able fields; ``algo``, ``task`` and ``task_options`` are required.
+
+    Returns:
+        The checkpoint file's path.
+    """
+    missing = [key for key in ("algo", "task", "task_options") if key not in metadata]
+    if missing:
+        raise ValueError(f"checkpoint metadata lacks {missing}; it needs algo, task, task_options")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}{suffix}"
+    atomic_write(path, save)
+    record = {"format": CHECKPOINT_FORMAT, **metadata, "file": path.name, "sha256": sha256_of(path)}
+    atomic_write_text(directory / f"{name}.json", to_json(record))
+    return path
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Find a checkpoint and its metadata, and check that the file is intact.
+
+    Args:
+        path: A run directory (its ``checkpoints/best``, else ``latest``), a ``checkpoints/``
+            folder, a metadata ``.json``, or the checkpoint file itself.
+
+    Returns:
+        ``(checkpoint file, metadata)``.
+
+    Raises:
+        CheckpointError: Nothing there, unreadable metadata, or a file whose SHA-256 differs
+            from the one recorded (a corrupt or half-written checkpoint).
+    """
+    path = Path(path)
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        candidates = [folder / "best.json", folder / "latest.json"]
+        meta_path = next((c for c in candidates if c.exists()), None)
+        if meta_path is None:
+            raise CheckpointError(f"no checkpoint in {path}: neither {candidates[0]} nor "
+                                  f"{candidates[1]} exists")
+    elif path.suffix == ".json":
+        meta_path = path
+    else:
+        meta_path = path.with_suffix(".json")
+        if not path.exists():
+            raise CheckpointError(f"checkpoint {path} does not exist")
+    if not meta_path.exists():
+        raise CheckpointError(
+            f"checkpoint metadata {meta_path} does not exist; every checkpoint needs a JSON next "
+            "to it with at least {\"algo\", \"task\", \"task_options\"}"
+        )
+    try:
+        metadata = json.loads(meta_path.read_text())
+        file = meta_path.with_name(metadata["file"])
+        recorded = metadata["sha256"]
+        for key in ("algo", "task", "task_options"):
+            metadata[key]  # noqa: B018 - presence check
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"checkpoint metadata {meta_path} is corrupt: {error!r}") from None
+    if not file.exists():
+        raise CheckpointError(f"checkpoint {file} (named by {meta_path}) does not exist")
+    actual = sha256_of(file)
+    if actual != recorded:
+        raise CheckpointError(
+            f"checkpoint {file} is corrupt: its SHA-256 is {actual[:12]}..., the metadata "
+            f"{meta_path.name} recorded {recorded[:12]}... (a truncated or half-written file?)"
+        )
+    return file, metadata
+
+
+# ----------------------------------------------------------------------------------- metrics
+class MetricsWriter:
+    """``metrics.csv`` in long format (``step,time_s,key,value``), so that any key can appear at
+    any step and the file only ever grows by whole rows: each :meth:`write` is one ``write`` call
+    followed by a flush, and a torn last line left by a kill is cut off when the file is opened
+    again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._drop_torn_line()
+        else:
+            self.path.write_text(",".join(METRICS_HEADER) + "\n")
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115 - held for the run
+
+    def _drop_torn_line(self) -> None:
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            with open(self.path, "r+b") as file:
+                file.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, metrics: Mapping[str, Any], step: int, time_s: float) -> None:
+        """Append one row per finite numeric metric."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        for key, value in metrics.items():
+            if isinstance(value, (bool, int, float, np.number)) and math.isfinite(float(value)):
+                writer.writerow((int(step), f"{time_s:.3f}", key, repr(float(value))))
+        if buffer.tell():
+            self._file.write(buffer.getvalue())
+            self._file.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows logged after ``step`` (a resumed run logs them again)."""
+        self._file.close()
+        with open(self.path, newline="") as file:
+            rows = list(csv.reader(file))
+        kept = [rows[0]] + [row for row in rows[1:] if row and int(row[0]) <= step]
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(kept)
+        atomic_write_text(self.path, buffer.getvalue())
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """``metrics.csv`` as ``{key: [(step, value), ...]}`` in file order."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    with open(path, newline="") as file:
+        for row in csv.DictReader(file):
+            series.setdefault(row["key"], []).append((int(row["step"]), float(row["value"])))
+    return series
+
+
+# ------------------------------------------------------------------------------------- run
+class Run:
+    """One run directory and everything written into it.
+
+    Build it with :meth:`open`, which also checks a resume: ``resume_metadata`` then holds the
+    latest checkpoint's metadata, and the clock, the metrics and the TensorBoard events continue
+    from it.
+
+    Args:
+        directory: The run directory.
+        config: The run's configuration.
+        resume_metadata: Metadata of the checkpoint to continue from, or ``None``.
+    """
+
+    def __init__(
+        self, directory: Path, config: TrainConfig, resume_metadata: dict[str, Any] | None = None
+    ) -> None:
+        self.dir = Path(directory)
+        self.config = config
+        self.resume_metadata = resume_metadata
+        self.checkpoints_dir = self.dir / "checkpoints"
+        self.videos_dir = self.dir / "videos"
+        self.tensorboard_dir = self.dir / "tensorboard"
+        for folder in (self.dir, self.checkpoints_dir, self.videos_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._elapsed_before = float((resume_metadata or {}).get("wall_clock_s", 0.0))
+        self._started = time.perf_counter()
+        atomic_write_text(self.dir / "config.yaml", to_yaml(config))
+        self.metrics = MetricsWriter(self.dir / "metrics.csv")
+        if resume_metadata is not None:
+            self.metrics.truncate_after(self.start_step)
+        self._tensorboard = None
+        if config.logger.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(
+                str(self.tensorboard_dir), flush_secs=10,
+                purge_step=self.start_step if resume_metadata is not None else None,
+            )
+
+    @classmethod
+    def open(cls, directory: str | Path, config: TrainConfig) -> Run:
+        """Open ``directory`` for ``config``: a fresh run, or with ``config.resume`` the
+        continuation of the run there.
+
+        Raises:
+            CheckpointError: ``resume=true`` with no readable, intact ``checkpoints/latest`` or
+                one of another algorithm, task or policy; or a fresh run in a directory that
+                already holds one.
+        """
+        directory = Path(directory)
+        latest = directory / "checkpoints" / "latest.json"
+        if not config.resume:
+            if latest.exists():
+                raise CheckpointError(
+                    f"run dir {directory} already holds a run ({latest}); pass resume=true to "
+                    "continue it, or choose another hydra.run.dir"
+                )
+            return cls(directory, config)
+        if not latest.exists():
+            raise CheckpointError(
+                f"resume=true but there is no checkpoint to resume from: {latest} does not exist "
+                f"(run dir {directory}); point hydra.run.dir at the interrupted run's directory, "
+                "or drop resume=true"
+            )
+        _, metadata = resolve_checkpoint(latest)
+        expected = {
+            "algo": config.algo.name, "task": config.task.name, "policy": config.policy.name,
+        }
+        found = {"algo": metadata["algo"], "task": metadata["task"],
+                 "policy": metadata.get("policy", {}).get("name")}
+        if found != expected:
+            raise CheckpointError(
+                f"cannot resume {latest}: it was written by {found}, this run asks for {expected}"
+            )
+        return cls(directory, config, resume_metadata=metadata)
+
+    # ------------------------------------------------------------------------- bookkeeping
+    @property
+    def start_step(self) -> int:
+        """Environment steps done before this process (0 for a fresh run)."""
+        return int((self.resume_metadata or {}).get("num_timesteps", 0))
+
+    def elapsed(self) -> float:
+        """Wall-clock seconds of the run, earlier sessions of a resumed run included."""
+        return self._elapsed_before + time.perf_counter() - self._started
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Write numeric metrics (namespaced keys, e.g. ``eval/success_rate``) at ``step``."""
+        self.metrics.write(metrics, step, self.elapsed())
+        if self._tensorboard is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (bool, int, float, np.number)):
+                    self._tensorboard.add_scalar(key, float(value), step)
+
+    def checkpoint_metadata(self, num_timesteps: int, **extra: Any) -> dict[str, Any]:
+        """The metadata fields every checkpoint of this run carries, plus ``extra``."""
+        config = self.config
+        return {
+            "algo": config.algo.name,
+            "task": config.task.name,
+            "task_options": config.task.env_options(),
+            "policy": OmegaConf.to_container(OmegaConf.structured(config.policy)),
+            "num_timesteps": int(num_timesteps),
+            "wall_clock_s": self.elapsed(),
+            "seed": config.seed,
+            "run_dir": str(self.dir.resolve()),
+            **extra,
+        }
+
+    def save_checkpoint(
+        self, name: str, suffix: str, save: Callable[[BinaryIO], None], metadata: dict[str, Any]
+    ) -> Path:
+        """:func:`write_checkpoint` into this run's ``checkpoints/``."""
+        return write_checkpoint(self.checkpoints_dir, name, suffix, save, metadata)
+
+    def write_video(self, name: str, frames: list[np.ndarray], fps: int = 25) -> Path | None:
+        """Encode RGB frames as H.264 ``videos/<name>.mp4``; nothing when there are no frames."""
+        if not frames:
+            return None
+        path = self.videos_dir / f"{name}.mp4"
+        write_video(path, frames, fps)
+        return path
+
+    def write_summary(self, summary: Mapping[str, Any]) -> Path:
+        """Write ``summary.json`` atomically."""
+        path = self.dir / "summary.json"
+        atomic_write_text(path, to_json(dict(summary)))
+        return path
+
+    def close(self) -> None:
+        self.metrics.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int = 25) -> None:
+    """Encode RGB uint8 frames to an H.264 mp4 with imageio-ffmpeg, atomically."""
+    import imageio.v2 as imageio
+
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        with imageio.get_writer(tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                                pixelformat="yuv420p", macro_block_size=8) as writer:
+            for frame in frames:
+                writer.append_data(np.asarray(frame, dtype=np.uint8))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# -------------------------------------------------------------------------------- provenance
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a result depends on, plus Python's."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit() -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout holding this package."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str | None:
+        try:
+            result = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                    text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+# ------------------------------------------------------------------------------------- app
+def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train ``config`` into ``run_dir`` and write ``summary.json``; the whole app.
+
+    Args:
+        config: The validated configuration.
+        run_dir: The run directory (Hydra's output dir under ``scripts/train.py``).
+
+    Returns:
+        The summary that was written.
+
+    Raises:
+        ValueError: Unknown algorithm or a trainer not in this checkout (before any env starts).
+        CheckpointError: See :meth:`Run.open` (before any env starts).
+    """
+    trainer = get_trainer(config.algo.name)
+    run = Run.open(run_dir, config)
+    try:
+        result = trainer(config, run)
+        env_steps = int(result.get("env_steps", 0))
+        wall_clock = run.elapsed()
+        summary = {
+            "algo": config.algo.name,
+            "task": config.task.name,
+            "seed": config.seed,
+            **result,
+            "env_steps": env_steps,
+            "wall_clock_s": round(wall_clock, 3),
+            "fps": round(env_steps / wall_clock, 1) if wall_clock > 0 else None,
+            "versions": package_versions(),
+            "git": git_commit(),
+            "run_dir": str(run.dir.resolve()),
+        }
+        run.write_summary(summary)
+        log.info("summary: success_rate=%.3f [%.3f, %.3f] after %d env steps in %.0f s -> %s",
+                 summary.get("success_rate", float("nan")),
+                 *summary.get("success_interval", (float("nan"), float("nan"))),
+                 env_steps, wall_clock, run.dir / "summary.json")
+        return summary
+    finally:
+        run.close()

@@ -1,0 +1,25 @@
+"""Train a policy on a task: ``python scripts/train.py task=reach algo=ppo``.
+
+Hydra composes ``conf/train.yaml``; the run directory is Hydra's output dir. ``resume=true`` with
+``hydra.run.dir=<run dir>`` continues a killed run from its latest checkpoint. See docs/training.md.
+"""
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from harness import config as harness_config
+from harness import runs
+
+harness_config.register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float:
+    config = harness_config.load(cfg)
+    summary = runs.train(config, HydraConfig.get().runtime.output_dir)
+    return summary["success_rate"]
+
+
+if __name__ == "__main__":
+    main()

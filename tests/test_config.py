@@ -1,0 +1,189 @@
+"""The training app's configuration: composition into typed objects and every bad-input path.
+
+Nothing here builds an environment: each error must come before one would start.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
+
+import tasks
+from harness import runs
+from harness.config import (
+    A2CConfig,
+    ConfigError,
+    FixedCurriculumConfig,
+    GroupAlgoConfig,
+    PPOConfig,
+    SuccessBandCurriculumConfig,
+    TaskOptions,
+    TrainConfig,
+    TRPOConfig,
+    compose,
+    to_yaml,
+)
+
+
+@pytest.fixture(autouse=True)
+def no_environment(monkeypatch):
+    """Fail the test if anything builds a task environment."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an environment was built while checking the configuration")
+
+    monkeypatch.setattr(tasks.ManipulationEnv, "__init__", refuse)
+
+
+def test_default_config_is_typed():
+    config = compose([])
+    assert isinstance(config, TrainConfig)
+    assert isinstance(config.task, TaskOptions) and config.task.name == "reach"
+    assert isinstance(config.algo, PPOConfig) and config.algo.family == "sb3"
+    assert isinstance(config.curriculum, FixedCurriculumConfig)
+    assert config.reward == "dense" and config.device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("algo", "schema"),
+    [("ppo", PPOConfig), ("a2c", A2CConfig), ("trpo", TRPOConfig), ("grpo", GroupAlgoConfig),
+     ("dr_grpo", GroupAlgoConfig), ("rloo", GroupAlgoConfig), ("critic", GroupAlgoConfig),
+     ("reinforce", GroupAlgoConfig)],
+)
+def test_each_algo_file_composes_into_its_schema(algo, schema):
+    config = compose([f"algo={algo}"])
+    assert type(config.algo) is schema
+    assert config.algo.name == algo
+    assert algo in runs.ALGORITHMS
+
+
+def test_group_knobs_and_overrides_are_typed():
+    config = compose(["algo=dr_grpo", "algo.group_size=4", "curriculum=success_band",
+                      "curriculum.low=0.3"])
+    assert config.algo.aggregation == "token_sum_const"
+    assert config.algo.group_size == 4
+    assert isinstance(config.curriculum, SuccessBandCurriculumConfig)
+    assert config.curriculum.low == 0.3
+
+
+@pytest.mark.parametrize(
+    ("override", "choices"),
+    [("algo=sac", ["a2c", "ppo", "trpo", "grpo"]),
+     ("task=stack", ["reach", "push", "pick_place", "drawer_open"]),
+     ("policy=transformer", ["mlp", "cnn", "tiny_vla"]),
+     ("curriculum=adr", ["fixed", "uniform", "linear", "success_band"])],
+)
+def test_unknown_names_list_the_choices(override, choices):
+    with pytest.raises(MissingConfigException) as error:
+        compose([override])
+    for choice in choices:
+        assert choice in str(error.value)
+    assert "schema" not in str(error.value).split("Config search path")[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("task.obs_mod=pixels", "task.obs_mod"), ("algo.n_step=64", "algo.n_step"),
+     ("totl_timesteps=5", "totl_timesteps")],
+)
+def test_typo_on_the_command_line_names_the_key(override, key):
+    with pytest.raises(ConfigCompositionException, match=key):
+        compose([override])
+
+
+def test_appended_typo_names_the_key():
+    with pytest.raises(ConfigError, match=r"task\.obs_mod"):
+        compose(["+task.obs_mod=pixels"])
+
+
+def test_typo_in_a_group_file_names_the_key(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(runs.Path(__file__).resolve().parent.parent / "conf", conf)
+    (conf / "task" / "typo.yaml").write_text("name: reach\nobs_mdoe: pixels\n")
+    with pytest.raises(ConfigCompositionException) as error:
+        compose(["task=typo"], config_dir=conf)
+    assert "obs_mdoe" in str(error.value) + str(error.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [(["policy=cnn"], ["policy='cnn'", "task.obs_mode='state'", "pixels"]),
+     (["task.obs_mode=pixels"], ["policy='mlp'", "'state'", "task.obs_mode='pixels'"]),
+     (["policy=tiny_vla", "task.obs_mode=pixels"], ["policy='tiny_vla'", "algo='ppo'"]),
+     (["algo=grpo", "policy=cnn", "task.obs_mode=pixels"], ["policy='cnn'", "algo='grpo'"])],
+)
+def test_policy_that_cannot_take_the_obs_mode_or_algo_fails(overrides, words):
+    with pytest.raises(ConfigError) as error:
+        compose(overrides)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_pixel_policy_with_pixel_obs_is_accepted():
+    config = compose(["policy=cnn", "task.obs_mode=pixels_state"])
+    assert config.policy.name == "cnn"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [(["algo.batch_size=4096"], ["algo.batch_size=4096", "algo.n_steps=2048", "n_envs=1"]),
+     (["task.difficulty=1.5"], ["difficulty=1.5"]),
+     (["+task.reward_weights.speed=1.0", "task=push"], ["speed"]),
+     (["+task.randomization.frction=[1,2]"], ["frction"]),
+     (["reward=sparse"], ["reward='sparse'", "dense", "verifier"]),
+     (["n_envs=0"], ["n_envs=0"]),
+     (["curriculum=success_band", "curriculum.low=0.9"], ["curriculum", "low"]),
+     (["algo=grpo", "algo.aggregation=sum"], ["algo.aggregation='sum'", "token_sum_const"]),
+     (["algo=rloo", "algo.zero_signal=skip"], ["skip", "resample"]),
+     (["eval.difficulties=[0.5,2.0]"], ["eval.difficulties", "2.0"]),
+     (["algo.name=sac"], ["sac", "ppo", "trpo"])],
+)
+def test_bad_values_name_the_key_and_value(overrides, words):
+    with pytest.raises(ConfigError) as error:
+        compose(overrides)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_verifier_reward_needs_a_detector():
+    with pytest.raises(ConfigError, match="reward=verifier needs a detector"):
+        compose(["reward=verifier", "~detector"])
+
+
+def test_verifier_reward_checks_the_detector_config():
+    pytest.importorskip("success_detectors")
+    with pytest.raises(ConfigError, match="detector"):
+        compose(["reward=verifier", "detector=cnn"])  # no checkpoint given
+
+
+def test_wrong_type_names_the_key():
+    with pytest.raises(ConfigCompositionException, match="total_timesteps"):
+        compose(["total_timesteps=many"])
+
+
+def test_resolved_yaml_round_trips():
+    config = compose(["algo=trpo", "task=push", "curriculum=linear", "seed=3"])
+    schema = OmegaConf.structured(TrainConfig)
+    schema.algo = OmegaConf.structured(TRPOConfig)
+    schema.curriculum = OmegaConf.structured(type(config.curriculum))
+    again = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.create(to_yaml(config))))
+    assert again == config
+
+
+def test_registry_names_every_algorithm_and_lists_choices_for_unknown_ones():
+    assert {"ppo", "a2c", "trpo", "grpo", "dr_grpo", "rloo", "critic", "reinforce"} <= set(
+        runs.ALGORITHMS
+    )
+    assert runs.ALGORITHMS["grpo"] == "harness.algos.group:train"
+    with pytest.raises(ValueError, match="choose one of"):
+        runs.get_trainer("sac")
+
+
+def test_algo_whose_trainer_module_is_missing_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(runs.ALGORITHMS, "grpo", "harness.algos.not_written_yet:train")
+    with pytest.raises(ValueError, match="harness.algos.not_written_yet does not exist"):
+        runs.train(compose(["algo=grpo"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,102 @@
+"""End-to-end tests of the group-relative fine-tuner in the training app (real envs, real nets)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from harness import config as harness_config
+from harness import runs
+from harness.runs import read_metrics
+
+FAST = [
+    "task=reach", "task.obs_mode=state", "task.difficulty=0.1", "task.max_episode_steps=25",
+    "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=6", "algo.num_start_states=6",
+    "algo.learning_rate=3e-3", "algo.num_iterations=2", "algo.minibatch_size=36",
+    "eval.every_steps=0", "eval.final_episodes=20", "eval.episodes=5", "logger.videos=false",
+    "logger.tensorboard=false", "logger.progress_bar=false", "total_timesteps=1000000",
+]
+
+
+def train(tmp_path, name, *overrides):
+    config = harness_config.compose([*FAST, *overrides])
+    return runs.train(config, tmp_path / name), read_metrics(tmp_path / name / "metrics.csv")
+
+
+@pytest.fixture(scope="module")
+def weak_bc_policy(tmp_path_factory):
+    """An MLP token policy cloned from 3 expert demos for a few epochs: weak, not hopeless."""
+    import tasks
+    from harness.bc import pretrain_bc
+    from harness.demos import collect_demos, load_demos
+    from harness.policies import TokenPolicyConfig, make, save_policy
+
+    folder = tmp_path_factory.mktemp("bc")
+    collect_demos(folder / "demos.hdf5", "reach", 3, obs_mode="state", difficulty=0.1,
+                  max_episode_steps=25, progress=False)
+    env = tasks.make("reach", max_episode_steps=25)
+    torch.manual_seed(0)  # the weights must not depend on which tests ran before
+    policy = make(TokenPolicyConfig(kind="mlp", hidden=32), env.observation_space)
+    pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=4, seed=0, progress=False)
+    save_policy(folder / "bc.pt", policy)
+    return folder / "bc.pt"
+
+
+def test_fine_tuning_raises_success_from_a_weak_start(tmp_path, weak_bc_policy):
+    summary, metrics = train(tmp_path, "run", "algo.iterations=24",
+                             f"algo.init_policy={weak_bc_policy}")
+    success = [value for _, value in metrics["rollout/success_rate"]]
+    early, late = np.mean(success[:3]), np.mean(success[-3:])
+    assert early < 0.5, f"the fresh policy should start weak, got {early:.2f}"
+    assert late >= early + 0.15, f"success went {early:.2f} -> {late:.2f}"
+    for key in ("rollout/zero_signal_fraction", "train/clip_fraction", "train/approx_kl",
+                "train/kl_to_reference", "train/entropy", "rollout/mean_length_tokens",
+                "time/rollout_s", "time/update_s", "curriculum/signal_fraction"):
+        assert key in metrics, key
+    assert summary["success_rate"] >= 0.0 and summary["env_steps"] > 0
+
+
+def test_same_seed_gives_the_same_metrics(tmp_path):
+    _, first = train(tmp_path, "a", "algo.iterations=2", "algo=dr_grpo")
+    _, second = train(tmp_path, "b", "algo.iterations=2", "algo=dr_grpo")
+    for key in first:
+        if not key.startswith("time/"):
+            assert first[key] == second[key], key
+
+
+@pytest.mark.parametrize("algo", ["rloo", "critic", "reinforce"])
+def test_every_estimator_runs_and_checkpoints(tmp_path, algo):
+    extra = ["algo.beta=0.05", "algo.zero_signal=resample"] if algo == "critic" else []
+    summary, metrics = train(tmp_path, algo, f"algo={algo}", "algo.iterations=2", *extra)
+    assert (tmp_path / algo / "checkpoints" / "latest.pt").exists()
+    assert json.loads((tmp_path / algo / "summary.json").read_text())["algo"] == algo
+    if algo == "critic":
+        assert "train/value_loss" in metrics
+
+
+def test_resume_continues_the_iteration_count(tmp_path):
+    train(tmp_path, "run", "algo.iterations=2")
+    first = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    summary, _ = train(tmp_path, "run", "algo.iterations=4", "resume=true")
+    latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    assert first["iteration"] == 2 and latest["iteration"] == 4
+    assert summary["iterations"] == 4 and latest["num_timesteps"] > first["num_timesteps"]
+
+
+def test_group_size_one_is_refused_for_group_estimators(tmp_path):
+    with pytest.raises(ValueError, match="group_size=1"):
+        train(tmp_path, "bad", "algo.group_size=1", "algo.iterations=1")
+
+
+def test_init_policy_of_another_observation_shape_is_refused(tmp_path):
+    import tasks
+    from harness.policies import TokenPolicyConfig, make, save_policy
+
+    other = make(TokenPolicyConfig(kind="mlp", hidden=32), tasks.make("push").observation_space)
+    save_policy(tmp_path / "push_policy.pt", other)
+    with pytest.raises(ValueError, match="shape|match"):
+        train(tmp_path, "bad", f"algo.init_policy={tmp_path / 'push_policy.pt'}",
+              "algo.iterations=1")

@@ -1,0 +1,293 @@
+"""The experiment report: statistics against hand-computed numbers, reports of fake run folders
+whose every number is known, bad input, the ablation's experiment config, and a real multirun."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from harness import config as harness_config
+from harness import report
+from harness.report import ReportError, build_report, load_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+REPS = 500  # enough for intervals whose ends have >= 25% mass, as below
+
+
+def write_run(folder: Path, *, overrides: list[str] | None, seed: int, final: float,
+              task: str = "push", algo: str = "grpo", config: dict | None = None,
+              series: dict[str, list[tuple[int, float]]] | None = None,
+              env_steps: int = 3000) -> Path:
+    """A run folder as ``scripts/train.py`` leaves it: summary.json, long-format metrics.csv,
+    config.yaml and (unless ``overrides`` is None) .hydra/overrides.yaml."""
+    folder.mkdir(parents=True)
+    series = dict(series or {})
+    series.setdefault("final/success_rate", [(env_steps, final)])
+    with open(folder / "metrics.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["step", "time_s", "key", "value"])
+        for key, points in series.items():
+            for step, value in points:
+                writer.writerow([step, f"{step / 100:.3f}", key, repr(float(value))])
+    summary = {"algo": algo, "task": task, "seed": seed, "success_rate": final,
+               "success_interval": [max(0.0, final - 0.1), min(1.0, final + 0.1)],
+               "env_steps": env_steps, "wall_clock_s": 12.0, "iterations": 3}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    resolved = config or {"task": {"name": task}, "algo": {"name": algo}, "seed": seed}
+    (folder / "config.yaml").write_text(yaml.safe_dump(resolved))
+    if overrides is not None:
+        (folder / ".hydra").mkdir()
+        (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    return folder
+
+
+def section(text: str, title: str) -> str:
+    """The part of a report from the heading starting with ``title`` to the next heading."""
+    return text.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def rows_of(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every Markdown table row whose first cell is ``first_cell``."""
+    return [[c.strip() for c in line.strip("|").split("|")]
+            for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
+
+
+# Two arms x two seeds. Every number the report shows is worked out next to it.
+ABLATION = {
+    ("fixed", 0): dict(final=0.1, series={
+        "rollout/success_rate": [(1000, 0.0), (2000, 0.1), (3000, 0.2)],
+        "rollout/signal_fraction": [(1000, 0.0), (2000, 0.25), (3000, 0.5)],  # mean 0.25
+        "eval/success_rate": [(1500, 0.0)],
+    }),
+    ("fixed", 1): dict(final=0.3, series={
+        "rollout/success_rate": [(1000, 0.0), (2000, 0.0), (3000, 0.1)],
+        "rollout/signal_fraction": [(1000, 0.0), (2000, 0.0), (3000, 0.25)],  # mean 1/12
+        "eval/success_rate": [(1500, 0.1)],
+    }),
+    ("success_band", 0): dict(final=0.5, series={
+        "rollout/success_rate": [(1000, 0.3), (2000, 0.6), (3000, 0.85)],  # 50% at 2000
+        "rollout/signal_fraction": [(1000, 0.5), (2000, 0.75), (3000, 1.0)],  # mean 0.75
+        "eval/success_rate": [(1500, 0.5)],  # held-out 50% at 1500
+        "detector/false_positive_rate": [(1000, 0.1), (3000, 0.3)],  # mean 0.2
+    }),
+    ("success_band", 1): dict(final=0.7, series={
+        "rollout/success_rate": [(1000, 0.4), (2000, 0.45), (3000, 0.9)],  # 50% at 3000
+        "rollout/signal_fraction": [(1000, 0.5), (2000, 0.5), (3000, 0.5)],  # mean 0.5
+        "eval/success_rate": [(1500, 0.25)],  # held-out 50% at 3000 (final 0.7)
+        "detector/false_positive_rate": [(1000, 0.0)],  # mean 0.0
+    }),
+}
+
+
+@pytest.fixture
+def ablation(tmp_path) -> Path:
+    """A fake sweep ``-m +experiment=x curriculum=fixed,success_band seed=0,1``."""
+    root = tmp_path / "multirun"
+    for job, ((curriculum, seed), run) in enumerate(ABLATION.items()):
+        write_run(root / f"{job}_curriculum={curriculum},seed={seed}", seed=seed,
+                  overrides=["+experiment=x", f"curriculum={curriculum}", f"seed={seed}"], **run)
+    return root
+
+
+# ------------------------------------------------------------------------------- statistics
+def test_interquartile_mean_matches_hand_computed_values_and_rliable():
+    from rliable import metrics
+
+    # Sorted 0.1, 0.3, 0.5, 0.9: one cut from each end leaves 0.3 and 0.5.
+    assert report.interquartile_mean([0.9, 0.1, 0.5, 0.3]) == pytest.approx(0.4)
+    # Eight values: two cut from each end leave 3, 4, 5, 6.
+    assert report.interquartile_mean([100, 1, 7, 3, 5, 2, 4, 6]) == pytest.approx(4.5)
+    # Fewer than four: nothing is cut.
+    assert report.interquartile_mean([0.0, 0.0, 0.9]) == pytest.approx(0.3)
+    scores = np.random.default_rng(0).random((7, 3))
+    assert report.interquartile_mean(scores) == pytest.approx(metrics.aggregate_iqm(scores))
+
+
+def test_bootstrap_interval_by_rliable_and_by_the_numpy_fallback(monkeypatch):
+    # The mean of two resampled runs is 0.1, 0.2 or 0.3 with probabilities 1/4, 1/2, 1/4, so
+    # the 2.5th and 97.5th percentiles are exactly the two runs.
+    by_rliable = report.stratified_bootstrap([[0.1, 0.3]], "iqm", reps=REPS)
+    assert by_rliable.method.startswith("rliable")
+    monkeypatch.setitem(sys.modules, "rliable", None)  # "import rliable" now raises ImportError
+    by_numpy = report.stratified_bootstrap([[0.1, 0.3]], "iqm", reps=REPS)
+    assert by_numpy.method.startswith("numpy")
+    for estimate in (by_rliable, by_numpy):
+        assert (estimate.point, estimate.low, estimate.high) == pytest.approx((0.2, 0.1, 0.3))
+    # Strata of different sizes (tasks with different numbers of runs) take the numpy path, and
+    # resampling within each task keeps every replicate at (0.2 + 0.2 + 0.6) / 3 here, where
+    # pooled resampling would spread them.
+    ragged = report.stratified_bootstrap([[0.2, 0.2], [0.6]], "mean", reps=REPS)
+    assert ragged.method.startswith("numpy")
+    assert (ragged.point, ragged.low, ragged.high) == pytest.approx((1 / 3,) * 3)
+
+
+def test_steps_to_threshold_counts_unreached_seeds_as_infinitely_late():
+    assert report.first_step_reaching([(10, 0.2), (20, 0.5), (30, 0.4)], 0.5) == 20
+    assert report.first_step_reaching([(10, 0.2)], 0.5) is None
+    assert report.median_steps([100, 300, None]) == (300.0, 2)
+    assert report.median_steps([100, None, None]) == (float("inf"), 1)
+
+
+def test_band_interpolates_on_the_steps_every_run_covers():
+    band = report.band_across_runs([[(0, 0.0), (100, 1.0)], [(50, 0.0), (150, 0.0)]], points=3)
+    assert band.steps.tolist() == [50, 75, 100]
+    assert band.centre.tolist() == pytest.approx([0.25, 0.375, 0.5])
+    assert band.high.tolist() == pytest.approx([0.5, 0.75, 1.0])
+    # Disjoint ranges (a final evaluation each): one point at the median last step.
+    point = report.band_across_runs([[(90, 0.2)], [(110, 0.6)]])
+    assert point.steps.tolist() == [100] and point.centre.tolist() == pytest.approx([0.4])
+
+
+# --------------------------------------------------------------------------------- reports
+def test_report_of_fake_ablation_shows_hand_computed_numbers(ablation):
+    runs = load_runs(ablation)
+    assert [r.arm for r in runs] == ["curriculum=fixed"] * 2 + ["curriculum=success_band"] * 2
+    text = build_report(ablation, reps=REPS).read_text()
+    assert "Warning" not in text
+    final = section(text, "Final held-out")
+    # IQM of two runs is their mean; the interval is the two runs (see the bootstrap test).
+    assert rows_of(final, "curriculum=fixed") == [
+        ["curriculum=fixed", "2", "0.200", "[0.100, 0.300]", "0.200", "0.100, 0.300"]]
+    assert rows_of(final, "curriculum=success_band") == [
+        ["curriculum=success_band", "2", "0.600", "[0.500, 0.700]", "0.600", "0.500, 0.700"]]
+    steps = section(text, "Environment steps")
+    # Held-out 50%: seeds at 1500 and 3000 -> 2250; training 50%: 2000 and 3000 -> 2500;
+    # training 80%: 3000 and 3000.
+    assert rows_of(steps, "curriculum=success_band") == [[
+        "curriculum=success_band", "2,250 (2/2)", "not reached (0/2)", "2,500 (2/2)",
+        "3,000 (2/2)"]]
+    assert rows_of(steps, "curriculum=fixed")[0][1:] == ["not reached (0/2)"] * 4
+    signal = section(text, "Fraction of informative groups")
+    # fixed: runs 0.25 and 1/12, mean 1/6; success_band: 0.75 and 0.5, mean 0.625.
+    assert rows_of(signal, "curriculum=fixed") == [
+        ["curriculum=fixed", "2", "0.167", "[0.083, 0.250]", "1.00x", "0.250, 0.083"]]
+    assert rows_of(signal, "curriculum=success_band")[0][2:5] == [
+        "0.625", "[0.500, 0.750]", "3.75x"]
+    detector = section(text, "Verifier error rates")
+    assert rows_of(detector, "curriculum=success_band") == [
+        ["curriculum=success_band", "2", "0.100"]]
+    assert rows_of(detector, "curriculum=fixed") == [["curriculum=fixed", "0", "n/a"]]
+    per_run = section(text, "Runs")
+    assert rows_of(per_run, "`2`")[0][1:6] == [
+        "curriculum=success_band", "0", "grpo", "push", "0.500"]
+    for png in ("final_iqm", "learning_curves", "signal_fraction"):
+        assert (ablation / "plots" / f"{png}.png").stat().st_size > 10_000
+
+
+def test_report_iqm_of_four_seeds(tmp_path):
+    for seed, final in enumerate([0.9, 0.1, 0.5, 0.3]):
+        write_run(tmp_path / f"{seed}_seed={seed}", overrides=[f"seed={seed}"], seed=seed,
+                  final=final)
+    text = build_report(tmp_path, tmp_path / "out", reps=REPS).read_text()
+    # One arm (only the seed varies); IQM of 0.1, 0.3, 0.5, 0.9 is 0.4, their mean 0.45.
+    row = rows_of(section(text, "Final held-out"), "all runs")[0]
+    assert row[:3] + row[4:5] == ["all runs", "4", "0.400", "0.450"]
+    assert (tmp_path / "out" / "report.md").exists()
+
+
+def test_arms_of_runs_without_hydra_folders_come_from_their_configs(tmp_path):
+    for job, (algo, n_steps) in enumerate([("ppo", 2048), ("a2c", 5), ("ppo", 2048)]):
+        config = {"task": {"name": "reach"}, "algo": {"name": algo, "n_steps": n_steps},
+                  "seed": job}
+        write_run(tmp_path / f"run{job}", overrides=None, seed=job, final=0.5, algo=algo,
+                  config=config)
+    # algo.n_steps follows algo.name, so it does not split the arms further.
+    assert [r.arm for r in load_runs(tmp_path)] == ["algo=ppo", "algo=a2c", "algo=ppo"]
+
+
+# ------------------------------------------------------------------------------- bad input
+def test_a_folder_without_runs_is_a_clear_error(tmp_path):
+    with pytest.raises(ReportError, match="no runs to report"):
+        build_report(tmp_path)
+    with pytest.raises(ReportError, match="is not a folder"):
+        build_report(tmp_path / "missing")
+    unfinished = tmp_path / "0_seed=0"
+    unfinished.mkdir()
+    (unfinished / "metrics.csv").write_text("step,time_s,key,value\n")
+    with pytest.raises(ReportError, match="no summary.json"):
+        build_report(tmp_path)
+
+
+def test_mixed_tasks_fail_unless_allowed_then_warn(tmp_path, caplog):
+    for job, task in enumerate(["push", "push", "reach", "reach"]):
+        write_run(tmp_path / f"{job}_seed={job % 2}", overrides=[f"seed={job % 2}"],
+                  seed=job % 2, task=task, final=0.5)
+    with pytest.raises(ReportError, match=r"different tasks.*push \(2 runs\), reach \(2 runs\)"):
+        build_report(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="harness.report"):
+        text = build_report(tmp_path, allow_mixed_tasks=True, reps=REPS).read_text()
+    assert "runs of different tasks are pooled" in caplog.text
+    assert text.splitlines()[2].startswith("> **Warning:** runs of different tasks are pooled")
+
+
+def test_runs_with_missing_metrics_are_skipped_with_a_reason(ablation, caplog):
+    no_metrics = ablation / "4_curriculum=linear,seed=0"
+    write_run(no_metrics, overrides=["curriculum=linear", "seed=0"], seed=0, final=0.5)
+    (no_metrics / "metrics.csv").unlink()
+    no_success = ablation / "5_curriculum=linear,seed=1"
+    write_run(no_success, overrides=["curriculum=linear", "seed=1"], seed=1, final=0.5)
+    summary = json.loads((no_success / "summary.json").read_text())
+    del summary["success_rate"]
+    (no_success / "summary.json").write_text(json.dumps(summary))
+    with caplog.at_level(logging.WARNING, logger="harness.report"):
+        text = build_report(ablation, reps=REPS).read_text()
+    assert "skipped `4_curriculum=linear,seed=0`: no metrics.csv" in text
+    assert "skipped `5_curriculum=linear,seed=1`: summary.json has no numeric 'success_rate'" \
+        in text
+    assert "no metrics.csv" in caplog.text
+    assert "curriculum=linear" not in section(text, "Final held-out")
+
+
+def test_report_script_prints_the_report_and_fails_cleanly(ablation, tmp_path, monkeypatch,
+                                                            capsys):
+    spec = importlib.util.spec_from_file_location("report_script", ROOT / "scripts" / "report.py")
+    report_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report_script)
+
+    monkeypatch.setattr(sys, "argv", ["report.py", str(ablation), "--reps", str(REPS)])
+    assert report_script.main() == 0
+    assert f"report: {ablation / 'report.md'}" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["report.py", str(tmp_path / "empty_dir_is_missing")])
+    assert report_script.main() == 2
+    assert "error: " in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- the ablation itself
+@pytest.mark.parametrize("curriculum", ["fixed", "uniform", "linear", "success_band"])
+def test_curriculum_ablation_composes_for_every_curriculum(curriculum):
+    config = harness_config.compose(["+experiment=curriculum_ablation",
+                                     f"curriculum={curriculum}"])
+    assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
+        "grpo", "push", "state", "mlp")
+    assert config.task.difficulty == 1.0 and config.curriculum.name == curriculum
+    assert config.max_minutes is not None and config.total_timesteps < 1_000_000
+
+
+def test_report_of_a_real_two_job_multirun(tmp_path):
+    sweep = tmp_path / "sweep"
+    subprocess.run(
+        [sys.executable, "scripts/train.py", "-m", "task=reach", "task.obs_mode=state",
+         "policy=mlp", "algo=grpo", "algo.iterations=2", "algo.group_size=4",
+         "algo.num_start_states=2", "eval.final_episodes=3", "eval.every_steps=0",
+         "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
+         "curriculum=fixed,success_band", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, check=True, timeout=120, capture_output=True,
+    )
+    runs = load_runs(sweep)
+    assert [r.arm for r in runs] == ["curriculum=fixed", "curriculum=success_band"]
+    text = build_report(sweep, reps=REPS).read_text()
+    final = section(text, "Final held-out")
+    for run in runs:
+        assert rows_of(final, run.arm)[0][1:3] == ["1", f"{run.summary['success_rate']:.3f}"]
+    signal = section(text, "Fraction of informative groups")
+    assert len(rows_of(signal, "curriculum=success_band")) == 1
+    assert (sweep / "plots" / "learning_curves.png").exists()

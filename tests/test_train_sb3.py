@@ -1,0 +1,181 @@
+"""End-to-end runs of the SB3 baselines on ``reach`` with tiny networks and budgets.
+
+Each run trains a few thousand steps and must leave every artifact of a run directory; a killed
+run resumes and continues its step count; a saved checkpoint evaluates; missing or corrupt
+checkpoints are reported as such before any environment starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+from harness import runs
+from harness.config import compose
+from harness.runs import CheckpointError, read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+torch.set_num_threads(1)
+
+# Tiny networks and rollouts so that a run of ~1.5k steps updates several times.
+ALGO_OVERRIDES = {
+    "ppo": ["algo=ppo", "algo.n_steps=256", "algo.batch_size=64", "algo.n_epochs=2"],
+    "a2c": ["algo=a2c", "algo.n_steps=16"],
+    "trpo": ["algo=trpo", "algo.n_steps=256", "algo.batch_size=128", "algo.n_critic_updates=2"],
+}
+TINY = [
+    "task=reach", "policy.net_arch=[16]", "total_timesteps=1500", "eval.every_steps=512",
+    "eval.episodes=2", "eval.final_episodes=4", "eval.video_episodes=1",
+    "checkpoint_every_steps=512", "logger.progress_bar=false", "task.max_episode_steps=20",
+    "algo.log_interval=1",
+]
+
+
+def tiny_config(algo: str, *extra: str):
+    return compose([*ALGO_OVERRIDES[algo], *TINY, *extra])
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory) -> Path:
+    """One finished tiny PPO run shared by the evaluation and corruption tests."""
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    runs.train(tiny_config("ppo", "logger=none"), run_dir)
+    return run_dir
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+def test_algo_trains_reach_and_writes_every_artifact(algo, tmp_path):
+    run_dir = tmp_path / "run"
+    summary = runs.train(tiny_config(algo), run_dir)
+
+    assert (run_dir / "config.yaml").read_text().count(f"name: {algo}") == 1
+    metrics = read_metrics(run_dir / "metrics.csv")
+    assert "rollout/success_rate" in metrics
+    assert any(key.startswith("train/") for key in metrics), "no update was logged"
+    assert [step for step, _ in metrics["eval/success_rate"]] == sorted(
+        step for step, _ in metrics["eval/success_rate"]
+    )
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    for name in ("latest", "best"):
+        meta = json.loads((run_dir / "checkpoints" / f"{name}.json").read_text())
+        assert meta["algo"] == algo and meta["task"] == "reach"
+        assert meta["task_options"]["max_episode_steps"] == 20
+        assert (run_dir / "checkpoints" / meta["file"]).stat().st_size > 0
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    assert videos and imageio.get_reader(videos[-1]).get_meta_data()["codec"] == "h264"
+
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert written == json.loads(json.dumps(summary))
+    low, high = written["success_interval"]
+    assert 0.0 <= low <= written["success_rate"] <= high <= 1.0
+    assert written["episodes"] == 4
+    assert written["env_steps"] >= 1500
+    assert written["wall_clock_s"] > 0 and written["fps"] > 0
+    assert written["versions"]["stable-baselines3"] and "commit" in written["git"]
+
+
+def test_verifier_reward_logs_the_detector_error_rates(tmp_path):
+    pytest.importorskip("success_detectors")
+    config = tiny_config("ppo", "reward=verifier", "detector=scripted", "logger=none",
+                         "total_timesteps=512", "eval.every_steps=0")
+    runs.train(config, tmp_path / "run")
+    metrics = read_metrics(tmp_path / "run" / "metrics.csv")
+    assert metrics["detector/false_positives"][-1][1] == 0.0  # the scripted verifier is exact
+    assert sum(value for _, value in metrics["detector/evaluations"]) > 0
+
+
+def test_killed_run_resumes_and_continues_the_step_count(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [*ALGO_OVERRIDES["ppo"], *TINY, "logger=none", "checkpoint_every_steps=256",
+                 "eval.every_steps=0"]
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "train.py"), *overrides,
+         "total_timesteps=1000000", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    latest = run_dir / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if latest.exists() and json.loads(latest.read_text())["num_timesteps"] >= 512:
+                break
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        _, stderr = process.communicate()
+    assert latest.exists(), stderr.decode()[-2000:]
+    killed_at = json.loads(latest.read_text())["num_timesteps"]
+    assert not (run_dir / "summary.json").exists()
+
+    target = killed_at + 768
+    summary = runs.train(compose([*overrides, f"total_timesteps={target}", "resume=true"]),
+                         run_dir)
+
+    assert summary["env_steps"] == target
+    steps = [step for step, _ in read_metrics(run_dir / "metrics.csv")["time/total_timesteps"]]
+    assert steps == sorted(steps) and steps[-1] == target
+    assert any(killed_at < step for step in steps)
+    assert json.loads(latest.read_text())["num_timesteps"] == target
+
+
+def test_saved_checkpoint_evaluates_from_the_script(ppo_run, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "scripts/evaluate.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script  # its dataclass resolves annotations through sys.modules
+    spec.loader.exec_module(script)
+    output, video = tmp_path / "eval.json", tmp_path / "eval.mp4"
+
+    code = script.main([f"checkpoint={ppo_run / 'checkpoints' / 'best.zip'}", "episodes=3",
+                        "difficulties=[0.0,1.0]", f"output={output}", f"video={video}"])
+
+    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "success" in printed and "| 0.00 | 3 |" in printed and "| 1.00 | 3 |" in printed
+    report = json.loads(output.read_text())
+    assert report["algo"] == "ppo" and report["episodes"] == 6
+    assert [row["difficulty"] for row in report["per_difficulty"]] == [0.0, 1.0]
+    assert imageio.get_reader(video).get_meta_data()["codec"] == "h264"
+    assert script.main([f"checkpoint={ppo_run}", "episodes=1", "video_episod=1"]) == 2
+    assert "video_episod" in capsys.readouterr().err
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
+        runs.train(tiny_config("ppo", "resume=true", "logger=none"), tmp_path / "empty")
+
+
+@pytest.mark.parametrize("damage", ["truncate_zip", "garble_json", "drop_zip"])
+def test_resume_from_a_corrupt_checkpoint_says_so(ppo_run, tmp_path, damage, monkeypatch):
+    run_dir = tmp_path / "run"
+    shutil.copytree(ppo_run, run_dir)
+    checkpoint = run_dir / "checkpoints" / "latest.zip"
+    if damage == "truncate_zip":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    elif damage == "garble_json":
+        (run_dir / "checkpoints" / "latest.json").write_text('{"algo": "ppo", ')
+    else:
+        checkpoint.unlink()
+    import harness.algos.sb3 as sb3
+
+    monkeypatch.setattr(sb3, "make_vec_env", lambda *a: pytest.fail("an env was started"))
+    with pytest.raises(CheckpointError, match="corrupt|does not exist"):
+        runs.train(tiny_config("ppo", "resume=true", "logger=none"), run_dir)
+    with pytest.raises(CheckpointError):
+        runs.resolve_checkpoint(run_dir / "checkpoints" / "latest.json")
+
+
+def test_fresh_run_refuses_a_directory_holding_a_run(ppo_run):
+    with pytest.raises(CheckpointError, match="resume=true"):
+        runs.train(tiny_config("ppo", "logger=none"), ppo_run)
