@@ -30,10 +30,11 @@ from harness.plots import learning_curve
 DEFAULT_OVERRIDES = [
     "task=push", "task.obs_mode=pixels", "task.difficulty=0.0", "task.max_episode_steps=60",
     "policy=tiny_vla", "algo=grpo", "algo.bc_demos=20", "algo.bc_epochs=250",
-    "algo.workers=2", "algo.learning_rate=3e-4", "algo.num_iterations=2", "algo.minibatch_size=16",
+    "algo.num_start_states=16", "algo.group_size=8", "algo.workers=2",
+    "algo.learning_rate=1e-4", "algo.num_iterations=2", "algo.minibatch_size=32",
     "torch_threads=2",
     "curriculum=fixed", "max_minutes=14", "total_timesteps=100000000",
-    "eval.every_steps=30000", "eval.episodes=30", "eval.final_episodes=100",
+    "eval.every_steps=100000", "eval.episodes=50", "eval.final_episodes=100",
 ]
 
 

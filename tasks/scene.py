@@ -191,7 +191,7 @@ def add_cube(spec: mujoco.MjSpec, name: str, colour: str, parked_x: float,
         )
     body.add_geom(
         name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF] * 3, rgba=COLOURS[colour],
-        mass=0.05, friction=[1.0, 0.01, 0.0001], condim=4,
+        mass=0.05, friction=[1.0, 0.01, 0.0001], condim=3,
     )
 
 

@@ -25,6 +25,7 @@ import io
 import logging
 import math
 import multiprocessing as mp
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -193,6 +194,9 @@ class RolloutWorkerError(RuntimeError):
 
 
 def _worker_main(connection, engine_args: tuple) -> None:
+    # Mesa's llvmpipe rasterises with one thread per core by default; with one rollout process
+    # per core that oversubscribes the machine (measured: 2-worker scaling 1.23x -> 1.43x).
+    os.environ.setdefault("LP_NUM_THREADS", "1")
     engine = RolloutEngine(*engine_args)
     try:
         while True:
