@@ -21,6 +21,7 @@ Dr. GRPO's constant normaliser differ.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import logging
 import math
@@ -533,8 +534,7 @@ def train(cfg, run) -> dict[str, Any]:
 
     def save(name: str, evaluation: dict | None = None) -> None:
         state = {
-            "policy_config": policy.config.__dict__ | {"conv_channels":
-                                                      tuple(policy.config.conv_channels)},
+            "policy_config": dataclasses.asdict(policy.config),
             "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
             "trainer": trainer.state_dict(), "curriculum": curriculum.state_dict(),
             "iteration": iteration, "env_steps": env_steps, "best": best, "start": start,
@@ -568,6 +568,7 @@ def train(cfg, run) -> dict[str, Any]:
                  **{k: v for k, v in start.items() if isinstance(v, (int, float))}}, 0)
         save("latest")
     next_eval = env_steps + cfg.eval.every_steps if cfg.eval.every_steps else None
+    last_checkpoint = env_steps
     limit_s = cfg.max_minutes * 60 if cfg.max_minutes else None
     bar = tqdm(total=algo.iterations, initial=iteration, desc=f"{algo.name} {cfg.task.name}",
                disable=not cfg.logger.progress_bar, dynamic_ncols=True)
@@ -649,9 +650,9 @@ def train(cfg, run) -> dict[str, Any]:
                     best = result.success_rate
                     save("best", {"success_rate": result.success_rate})
             run.log(metrics, env_steps)
-            if iteration % max(1, cfg.checkpoint_every_steps // max(1, attempts_per_iteration
-                                                                      * 50)) == 0:
+            if env_steps - last_checkpoint >= cfg.checkpoint_every_steps:
                 save("latest")
+                last_checkpoint = env_steps
             bar.update(1)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
                             signal=f"{metrics['rollout/signal_fraction']:.2f}")
