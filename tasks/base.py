@@ -267,6 +267,7 @@ class ManipulationEnv(gym.Env):
 
         self._pixel_renderer: CameraRenderer | None = None
         self._video_renderer: CameraRenderer | None = None
+        self._extra_renderers: dict[tuple[int, str], CameraRenderer] = {}
         self.steps = 0
         self.difficulty = float(config.difficulty)
         self.levels: dict[str, float] = {}
@@ -436,18 +437,17 @@ class ManipulationEnv(gym.Env):
         size = int(size or self.config.image_size)
         quality = quality or self.config.render_quality
         key = (size, quality)
-        renderers = self.__dict__.setdefault("_extra_renderers", {})
-        if key not in renderers:
-            renderers[key] = CameraRenderer(self.model, size, size, quality)
-        return renderers[key].render(self.data, camera)
+        if key not in self._extra_renderers:
+            self._extra_renderers[key] = CameraRenderer(self.model, size, size, quality)
+        return self._extra_renderers[key].render(self.data, camera)
 
     def close(self) -> None:
         for renderer in (self._pixel_renderer, self._video_renderer,
-                         *self.__dict__.get("_extra_renderers", {}).values()):
+                         *self._extra_renderers.values()):
             if renderer is not None:
                 renderer.close()
         self._pixel_renderer = self._video_renderer = None
-        self.__dict__.pop("_extra_renderers", None)
+        self._extra_renderers = {}
 
     # ------------------------------------------------------------------------- snapshots
     def snapshot(self) -> Snapshot:
