@@ -14,7 +14,6 @@ the policy function takes the task's raw observation dict and returns a determin
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from harness.config import SB3_ALGOS
 from harness.stats import wilson_interval
 
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
@@ -199,32 +197,15 @@ def _frame(env: gym.Env) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ checkpoints
-def trainer_module(algo: str) -> str:
-    """The module whose ``load_policy`` reads checkpoints of ``algo``."""
-    return "harness.algos.sb3" if algo in SB3_ALGOS else "harness.algos.group"
-
-
 def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu") -> PolicyFn:
     """Deterministic policy function of a checkpoint, by the trainer of its ``algo``.
 
     Raises:
         ValueError: The algorithm's trainer module is not in this checkout.
     """
-    from harness.runs import ALGORITHMS
+    from harness.runs import trainer_module
 
-    algo = metadata["algo"]
-    if algo not in ALGORITHMS:
-        raise ValueError(f"checkpoint of unknown algo {algo!r}; known: {sorted(ALGORITHMS)}")
-    name = trainer_module(algo)
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        raise ValueError(
-            f"checkpoint of algo={algo!r} needs {name}, which this checkout lacks"
-        ) from None
-    return module.load_policy(checkpoint, metadata, device)
+    return trainer_module(metadata["algo"]).load_policy(checkpoint, metadata, device)
 
 
 def task_env_factory(metadata: dict[str, Any], render: bool = False) -> EnvFactory:

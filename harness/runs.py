@@ -71,6 +71,17 @@ def get_trainer(algo: str) -> TrainFn:
     Raises:
         ValueError: Unknown algorithm (lists the choices), or its trainer module is not there yet.
     """
+    module = trainer_module(algo)
+    return getattr(module, ALGORITHMS[algo].split(":")[1])
+
+
+def trainer_module(algo: str):
+    """The module that trains ``algo`` (its ``train``) and reads its checkpoints
+    (its ``load_policy``).
+
+    Raises:
+        ValueError: Unknown algorithm (lists the choices), or its trainer module is not there yet.
+    """
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ALGORITHMS)}")
     module_name, function = ALGORITHMS[algo].split(":")
@@ -83,7 +94,7 @@ def get_trainer(algo: str) -> TrainFn:
             f"algo={algo!r} is trained by {module_name}.{function}, and {module_name} does not "
             f"exist in this checkout yet; available now: {sorted(available_algorithms())}"
         ) from None
-    return getattr(module, function)
+    return module
 
 
 def available_algorithms() -> list[str]:
