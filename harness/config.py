@@ -241,6 +241,10 @@ class GroupAlgoConfig(AlgoConfig):
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
             many scripted-expert demos at ``task.difficulty`` (demos cached under ``data/demos``).
         bc_epochs: Epochs of that behaviour cloning.
+        state_pretrain_episodes: Pixel policies cloned with ``bc_demos``: first teach their
+            features the simulator state on this many noisy-expert episodes
+            (``harness.bc.pretrain_state_features``); 0 skips it.
+        state_pretrain_epochs: Epochs of that pretraining.
     """
 
     group_size: int = 8
@@ -260,6 +264,8 @@ class GroupAlgoConfig(AlgoConfig):
     init_policy: str | None = None
     bc_demos: int = 0
     bc_epochs: int = 40
+    state_pretrain_episodes: int = 0
+    state_pretrain_epochs: int = 15
 
     def __post_init__(self) -> None:
         from harness.algos.objectives import AGGREGATIONS
@@ -278,6 +284,10 @@ class GroupAlgoConfig(AlgoConfig):
                f"algo.aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
         _check(self.zero_signal in ZERO_SIGNAL,
                f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
+        for key in ("bc_demos", "state_pretrain_episodes"):
+            _check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
+        for key in ("bc_epochs", "state_pretrain_epochs"):
+            _check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
 
 
 # ------------------------------------------------------------------------------------ policy
@@ -297,7 +307,9 @@ class PolicyConfig:
         hidden: Token policies: width of the fused feature and MLP layers.
         embed_dim: Token policies: instruction embedding and proprio encoder width.
         conv_channels: Token policies: channels of the image encoder's convolutions.
-        pooled_size: Token policies: side of the pooled feature map.
+        pooled_size: Token policies: side of the pooled feature map (``avg_pool`` only).
+        image_features: Token policies: ``spatial_softmax`` (keypoints, the default) or
+            ``avg_pool`` (``harness.policies.TokenPolicyConfig.image_features``).
     """
 
     name: str = "mlp"
@@ -311,8 +323,11 @@ class PolicyConfig:
     embed_dim: int = 32
     conv_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     pooled_size: int = 4
+    image_features: str = "spatial_softmax"
 
     def __post_init__(self) -> None:
+        from harness.policies.token_policy import IMAGE_FEATURES
+
         _check(self.name in POLICIES,
                f"policy.name={self.name!r} is unknown; choose one of {POLICIES}")
         _check(self.activation in ACTIVATIONS,
@@ -320,6 +335,8 @@ class PolicyConfig:
         _check(all(int(n) >= 1 for n in self.net_arch),
                f"policy.net_arch={list(self.net_arch)}; sizes must be >= 1")
         _check(self.features_dim >= 1, f"policy.features_dim={self.features_dim}; must be >= 1")
+        _check(self.image_features in IMAGE_FEATURES,
+               f"policy.image_features={self.image_features!r}; choose one of {IMAGE_FEATURES}")
 
     def token_policy_config(self):
         """The ``harness.policies.TokenPolicyConfig`` of ``mlp`` / ``tiny_vla`` (group trainer)."""
@@ -328,7 +345,7 @@ class PolicyConfig:
         return TokenPolicyConfig(
             kind=self.name, num_bins=self.num_bins, hidden=self.hidden, embed_dim=self.embed_dim,
             conv_channels=tuple(self.conv_channels), pooled_size=self.pooled_size,
-            use_instruction=self.use_instruction,
+            use_instruction=self.use_instruction, image_features=self.image_features,
         )
 
 

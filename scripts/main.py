@@ -3,7 +3,8 @@
 With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction) on ``push``:
 
 1. record scripted-expert demonstrations (once; few, so behaviour cloning stays mediocre);
-2. pretrain the policy by behaviour cloning on the action tokens;
+2. teach the policy's features the simulator state on noisy-expert frames
+   (``harness.bc.pretrain_state_features``), then behaviour-clone it on the action tokens;
 3. evaluate the BC policy on held-out seeds;
 4. fine-tune it with GRPO (``harness.algos.group``); the BC weights are also the KL reference;
 5. evaluate the fine-tuned policy on the same held-out seeds, print the before/after table,
@@ -28,10 +29,12 @@ from harness import runs
 from harness.plots import learning_curve
 
 DEFAULT_OVERRIDES = [
-    "task=push", "task.obs_mode=pixels", "task.difficulty=0.0", "task.max_episode_steps=60",
-    "policy=tiny_vla", "algo=grpo", "algo.bc_demos=20", "algo.bc_epochs=250",
+    "task=push", "task.obs_mode=pixels", "task.difficulty=0.0", "task.max_episode_steps=30",
+    "policy=tiny_vla", "algo=grpo", "algo.bc_demos=20", "algo.bc_epochs=60",
+    "algo.state_pretrain_episodes=200", "algo.state_pretrain_epochs=20",
     "algo.num_start_states=16", "algo.group_size=8", "algo.workers=2",
-    "algo.learning_rate=1e-4", "algo.num_iterations=2", "algo.minibatch_size=32",
+    "algo.learning_rate=1e-3", "algo.num_iterations=2", "algo.minibatch_size=32",
+    "algo.zero_signal=drop",
     "torch_threads=2",
     "curriculum=fixed", "max_minutes=14", "total_timesteps=100000000",
     "eval.every_steps=100000", "eval.episodes=50", "eval.final_episodes=100",

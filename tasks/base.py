@@ -69,7 +69,8 @@ class TaskConfig:
 
     Attributes:
         obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
-        camera: Camera for pixel observations: ``"front"``, ``"side"`` or ``"wrist"``.
+        camera: Camera for pixel observations: ``"front"``, ``"side"``, ``"overhead"`` or
+            ``"wrist"``.
         image_size: Side of the square pixel observation.
         render_quality: ``"fast"`` (learning cameras) or ``"high"`` (shadows, anti-aliasing).
         render_size: ``(height, width)`` of ``render()`` frames for videos.

@@ -108,13 +108,20 @@ def add_lights(spec: mujoco.MjSpec) -> None:
 
 
 def add_fixed_cameras(spec: mujoco.MjSpec) -> None:
-    """A front camera and a side camera, both looking at the middle of the workspace."""
+    """Fixed cameras looking at the middle of the workspace.
+
+    ``front`` and ``side`` show the whole scene from about 45 and 30 degrees up; ``overhead``
+    looks down from about 70 degrees and frames just the work area, so at 84 x 84 a cube is
+    about 9 pixels wide and the gripper hides less of what lies beneath it (the camera for
+    learning from pixels).
+    """
     world = spec.worldbody
-    for name, pos, target in (
-        ("front", [0.0, -0.5, 0.52], [0.0, 0.06, 0.0]),
-        ("side", [0.62, 0.0, 0.38], [0.0, 0.0, 0.02]),
+    for name, pos, target, fovy in (
+        ("front", [0.0, -0.5, 0.52], [0.0, 0.06, 0.0], 50),
+        ("side", [0.62, 0.0, 0.38], [0.0, 0.0, 0.02], 50),
+        ("overhead", [0.0, -0.2, 0.62], [0.0, 0.03, 0.0], 42),
     ):
-        world.add_camera(name=name, pos=pos, quat=lookat_quat(pos, target), fovy=50)
+        world.add_camera(name=name, pos=pos, quat=lookat_quat(pos, target), fovy=fovy)
 
 
 def add_gripper(spec: mujoco.MjSpec, start: tuple[float, float, float] = (0, -0.05, 0.15)) -> None:

@@ -100,3 +100,31 @@ def test_init_policy_of_another_observation_shape_is_refused(tmp_path):
     with pytest.raises(ValueError, match="shape|match"):
         train(tmp_path, "bad", f"algo.init_policy={tmp_path / 'push_policy.pt'}",
               "algo.iterations=1")
+
+
+def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch):
+    """``scripts/main.py``: demos -> state pretraining -> BC -> GRPO -> before/after summary."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("main_script", root / "scripts/main.py")
+    main_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main_script)
+    monkeypatch.chdir(tmp_path)  # the demo cache (data/demos) lands here
+    summary = main_script.main([
+        "--out", str(tmp_path / "run"), "task=reach", "task.image_size=32",
+        "task.max_episode_steps=10", "algo.bc_demos=2", "algo.bc_epochs=2",
+        "algo.state_pretrain_episodes=3", "algo.state_pretrain_epochs=1",
+        "algo.num_start_states=2", "algo.group_size=2", "algo.workers=1",
+        "algo.minibatch_size=4", "policy.hidden=16", "policy.conv_channels=[4,4]",
+        "total_timesteps=40", "eval.final_episodes=3", "logger.videos=false",
+        "logger.tensorboard=false", "logger.progress_bar=false", "torch_threads=1",
+    ])
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("bc_success", "final_success", "bc_success_interval", "pretrain/val_r2"):
+        assert written[key] == summary[key]
+    assert 0.0 <= written["bc_success"] <= 1.0 and 0.0 <= written["final_success"] <= 1.0
+    assert written["pretrain/frames"] > 0
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
+    assert list((tmp_path / "data" / "demos").glob("reach_*_n2.hdf5"))

@@ -22,6 +22,7 @@ from harness.policies import (
     save_policy,
     tokens_to_actions,
 )
+from harness.policies.token_policy import SpatialSoftmax
 from tasks.language import MAX_TOKENS, VOCAB_SIZE
 
 torch.set_num_threads(1)
@@ -91,6 +92,43 @@ def test_config_names_bad_values():
         TokenPolicyConfig(hidden=0)
     with pytest.raises(ValueError, match="conv_channels"):
         TokenPolicyConfig(conv_channels=(8, -1))
+    with pytest.raises(ValueError, match="image_features='max'.*spatial_softmax"):
+        TokenPolicyConfig(image_features="max")
+
+
+def test_spatial_softmax_finds_a_hot_spot():
+    # One channel peaks at row 1, column 3 of a 5 x 5 map; coordinates are linspace(-1, 1, 5)
+    # = -1, -0.5, 0, 0.5, 1, so its keypoint is x = 0.5, y = -0.5. The other channel is flat,
+    # so its expected position is the centre (0, 0).
+    maps = torch.zeros(1, 2, 5, 5)
+    maps[0, 0, 1, 3] = 50.0
+    keypoints = SpatialSoftmax()(maps)
+    torch.testing.assert_close(keypoints, torch.tensor([[0.5, 0.0, -0.5, 0.0]]))
+
+
+@pytest.mark.parametrize("image_features", ["spatial_softmax", "avg_pool"])
+def test_tiny_vla_image_features_fit_a_position(image_features):
+    # A white square at a random place on black: the encoder must carry *where* it is. A few
+    # hundred Adam steps of regression to its centre separate keypoints from pooling, and both
+    # must at least learn the task, so the test only asserts a fit, not which one wins.
+    torch.manual_seed(0)
+    config = TokenPolicyConfig(kind="tiny_vla", hidden=32, conv_channels=(8, 8),
+                               image_features=image_features)
+    policy = make(config, _space("pixels", image=24))
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.randint(0, 20, (256, 2), generator=generator)
+    pixels = torch.zeros(256, 24, 24, 3, dtype=torch.uint8)
+    for i, (row, col) in enumerate(corners.tolist()):
+        pixels[i, row:row + 4, col:col + 4] = 255
+    target = (corners.float() + 1.5) / 23 * 2 - 1  # square centres in [-1, 1]
+    head = torch.nn.Linear(32, 2)
+    optimizer = torch.optim.Adam([*policy.parameters(), *head.parameters()], lr=3e-3)
+    for _ in range(300):
+        loss = F.mse_loss(head(policy.features({"pixels": pixels})), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05  # variance of the target is ~0.3
 
 
 # --- shapes and the sampling surface ----------------------------------------------------------

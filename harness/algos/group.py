@@ -330,7 +330,9 @@ class GroupTrainer:
 
         with torch.no_grad():
             old_logp = self._log_probs(policy, obs, tokens)
-            ref_logp = self._log_probs(self.reference, obs, tokens)
+            # Without a KL penalty the reference is only watched, on a subsample of steps (a
+            # full pass costs as much as a third of an update epoch on pixels).
+            ref_logp = self._log_probs(self.reference, obs, tokens) if algo.beta > 0 else None
 
         attempts = np.flatnonzero(np.repeat(keep_groups, algo.group_size))
         metrics: dict[str, list[float]] = {}
@@ -344,7 +346,9 @@ class GroupTrainer:
                 mb_lengths = lengths[chosen]
                 logp_pad, mask = attempt_tensor(logp, mb_lengths)
                 old_pad, _ = attempt_tensor(old_logp[index], mb_lengths)
-                ref_pad, _ = attempt_tensor(ref_logp[index], mb_lengths)
+                ref_pad = None
+                if ref_logp is not None:
+                    ref_pad, _ = attempt_tensor(ref_logp[index], mb_lengths)
                 loss, stats = policy_loss(
                     logp_pad, old_pad, advantages[chosen], mask,
                     clip_low=algo.clip_low, clip_high=algo.clip_high,
@@ -372,9 +376,14 @@ class GroupTrainer:
                     metrics.setdefault(key, []).append(float(value))
 
         with torch.no_grad():
-            sample = {k: v[:: max(1, len(tokens) // 2048)] for k, v in obs.items()}
+            stride = max(1, len(tokens) // 2048)
+            sample = {k: v[::stride] for k, v in obs.items()}
             entropy = float(policy.entropy(sample).mean())
+            if ref_logp is None:
+                ref_logp = self._log_probs(self.reference, sample, tokens[::stride])
+                old_logp = old_logp[::stride]
         result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
+        # k3 estimate of KL(sampling policy || reference) on the sampled tokens
         kl_ref = (torch.exp(ref_logp - old_logp) - (ref_logp - old_logp) - 1).mean()
         result.update({
             "train/entropy": entropy,
@@ -474,6 +483,8 @@ def _initial_policy(cfg, observation_space) -> tuple[TokenPolicy, dict[str, Any]
             cfg.task.name, cfg.task.env_options(), cfg.policy.token_policy_config(),
             algo.bc_demos, algo.bc_epochs, cfg.task.difficulty, seed=cfg.seed,
             progress=cfg.logger.progress_bar,
+            state_pretrain_episodes=algo.state_pretrain_episodes,
+            state_pretrain_epochs=algo.state_pretrain_epochs,
         )
     return make_policy(cfg.policy.token_policy_config(), observation_space), {}
 

@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from tasks.language import PAD, VOCAB_SIZE
 
 KINDS: tuple[str, ...] = ("mlp", "tiny_vla")
+IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
 CHECKPOINT_FORMAT = 1
 
 ObsShapes = dict[str, tuple[int, ...]]
@@ -94,10 +95,15 @@ class TokenPolicyConfig:
         hidden: Width of the fused feature and of the MLP layers.
         action_dim: Action dimensions, one token each.
         embed_dim: Width of the instruction embedding and of the proprio encoder.
-        conv_channels: Output channels of the image encoder's stride-2 convolutions.
-        pooled_size: Side of the adaptive average pool after the convolutions, so any image
-            size (84 x 84 by default in the tasks) gives the same feature width.
+        conv_channels: Output channels of the image encoder's convolutions (stride 2, except
+            a stride-1 last layer under ``spatial_softmax``, which keeps a finer map).
+        pooled_size: ``avg_pool`` only: side of the adaptive average pool after the
+            convolutions, so any image size (84 x 84 by default in the tasks) gives the same
+            feature width.
         use_instruction: Condition on ``instruction`` when the observation has it.
+        image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
+            expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
+            policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
     """
 
     kind: str = "mlp"
@@ -108,10 +114,16 @@ class TokenPolicyConfig:
     conv_channels: tuple[int, ...] = (16, 32, 32)
     pooled_size: int = 4
     use_instruction: bool = True
+    image_features: str = "spatial_softmax"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"TokenPolicyConfig.kind={self.kind!r}; choose one of {KINDS}")
+        if self.image_features not in IMAGE_FEATURES:
+            raise ValueError(
+                f"TokenPolicyConfig.image_features={self.image_features!r}; choose one of"
+                f" {IMAGE_FEATURES}"
+            )
         if self.num_bins < 2:
             raise ValueError(f"TokenPolicyConfig.num_bins={self.num_bins}; need >= 2")
         for name in ("hidden", "action_dim", "embed_dim", "pooled_size"):
@@ -178,6 +190,32 @@ class InstructionEncoder(nn.Module):
         valid = (instruction != PAD).unsqueeze(-1).to(torch.float32)  # (B, L, 1)
         summed = (self.embedding(instruction) * valid).sum(dim=1)
         return summed / valid.sum(dim=1).clamp(min=1.0)
+
+
+class SpatialSoftmax(nn.Module):
+    """Feature map ``(B, C, H, W)`` -> ``(B, 2C)`` expected ``(x, y)`` in ``[-1, 1]`` per channel.
+
+    Each channel's map is turned into a distribution over positions by a softmax (with one
+    learned temperature), and the expected coordinates are the keypoint of that channel (Levine
+    et al. 2016, "End-to-end training of deep visuomotor policies"). Unlike pooling it keeps the
+    sub-cell position of what a channel detects, which is what reaching and pushing need.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` -> ``(B, 2C)``: all x coordinates, then all y coordinates."""
+        _, _, height, width = features.shape
+        weights = torch.softmax(
+            features.flatten(2) / self.log_temperature.exp(), dim=-1
+        ).view_as(features)  # (B, C, H, W), each channel sums to 1
+        xs = torch.linspace(-1.0, 1.0, width, device=features.device, dtype=features.dtype)
+        ys = torch.linspace(-1.0, 1.0, height, device=features.device, dtype=features.dtype)
+        expected_x = (weights.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
+        expected_y = (weights.sum(dim=3) * ys).sum(dim=-1)  # (B, C)
+        return torch.cat([expected_x, expected_y], dim=-1)
 
 
 class TokenPolicy(nn.Module):
@@ -292,25 +330,34 @@ class MLPTokenPolicy(TokenPolicy):
 class TinyVLA(TokenPolicy):
     """A tiny vision-language-action model.
 
-    A stride-2 CNN with adaptive pooling encodes ``pixels``; the instruction is a mean of token
-    embeddings; ``proprio`` goes through a linear layer. The three are concatenated and fused by
-    an MLP into the shared feature read by the per-dimension token head.
+    A small CNN encodes ``pixels`` into keypoints (spatial softmax, the default) or a pooled
+    grid; the instruction is a mean of token embeddings; ``proprio`` goes through a linear layer.
+    The three are concatenated and fused by an MLP into the shared feature read by the
+    per-dimension token head.
     """
 
     def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
         super().__init__(config, obs_shapes)
         layers: list[nn.Module] = []
         in_channels = obs_shapes["pixels"][-1]
+        keypoints = config.image_features == "spatial_softmax"
+        last = len(config.conv_channels) - 1
         for i, out_channels in enumerate(config.conv_channels):
             kernel = 5 if i == 0 else 3
-            layers += [
-                nn.Conv2d(in_channels, out_channels, kernel, stride=2, padding=kernel // 2),
-                nn.ReLU(),
-            ]
+            stride = 1 if keypoints and i == last and i > 0 else 2
+            layers.append(
+                nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=kernel // 2)
+            )
+            if not (keypoints and i == last):  # keypoint logits stay signed
+                layers.append(nn.ReLU())
             in_channels = out_channels
-        layers += [nn.AdaptiveAvgPool2d(config.pooled_size), nn.Flatten()]
+        if keypoints:
+            layers.append(SpatialSoftmax())
+            fused_dim = 2 * in_channels
+        else:
+            layers += [nn.AdaptiveAvgPool2d(config.pooled_size), nn.Flatten()]
+            fused_dim = in_channels * config.pooled_size**2
         self.image_encoder = nn.Sequential(*layers)
-        fused_dim = in_channels * config.pooled_size**2
 
         self.use_instruction = config.use_instruction and "instruction" in obs_shapes
         if self.use_instruction:
@@ -454,7 +501,9 @@ def load_policy(
     unknown = set(checkpoint["config"]) - known
     if unknown:
         raise ValueError(f"{path} has config fields {sorted(unknown)} unknown to this version")
-    config = TokenPolicyConfig(**checkpoint["config"])
+    saved = dict(checkpoint["config"])
+    saved.setdefault("image_features", "avg_pool")  # checkpoints from before the option
+    config = TokenPolicyConfig(**saved)
     saved_shapes = {k: tuple(v) for k, v in checkpoint["obs_shapes"].items()}
     if observation_space is not None:
         wanted = obs_shapes_from_space(observation_space)
