@@ -6,10 +6,12 @@ evaluation, with its own policies; :func:`load_policy` and :func:`evaluate_check
 checkpoint side (``scripts/evaluate.py``).
 
 **Loading contract.** A checkpoint's metadata names its ``algo``; the module that trains that
-algorithm provides ``load_policy(checkpoint: Path, metadata: dict, device: str) -> PolicyFn`` where
-the policy function takes the task's raw observation dict and returns a deterministic action
-(SB3 algorithms: :func:`harness.algos.sb3.load_policy`; group algorithms:
-``harness.algos.group.load_policy``).
+algorithm provides ``load_policy(checkpoint: Path, metadata: dict, device: str, sampled: bool)
+-> PolicyFn`` where the policy function takes the task's raw observation dict and returns the
+greedy action, or a sampled one with ``sampled`` (SB3 algorithms:
+:func:`harness.algos.sb3.load_policy`; group algorithms: ``harness.algos.group.load_policy``). A
+module whose checkpoints also hold the frozen start policy sets ``HAS_REFERENCE_POLICY = True``
+and accepts ``reference=True`` to load that one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from harness.stats import wilson_interval
 
@@ -197,15 +200,39 @@ def _frame(env: gym.Env) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ checkpoints
-def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu") -> PolicyFn:
-    """Deterministic policy function of a checkpoint, by the trainer of its ``algo``.
+def load_policy(
+    checkpoint: Path,
+    metadata: dict[str, Any],
+    device: str = "cpu",
+    sampled: bool = False,
+    reference: bool = False,
+) -> PolicyFn:
+    """Policy function of a checkpoint, by the trainer of its ``algo``.
+
+    Args:
+        checkpoint: The checkpoint file.
+        metadata: Its metadata.
+        device: Torch device.
+        sampled: Sample actions (SB3: ``deterministic=False``; token policies: tokens at
+            temperature 1, what group fine-tuning optimises) instead of the greedy action.
+        reference: Group-trainer checkpoints: the frozen start policy (e.g. the BC policy)
+            stored with the fine-tuned one, to compare both from one file.
 
     Raises:
-        ValueError: The algorithm's trainer module is not in this checkout.
+        ValueError: The algorithm's trainer module is not in this checkout, or ``reference``
+            for a checkpoint that holds no reference policy.
     """
     from harness.runs import trainer_module
 
-    return trainer_module(metadata["algo"]).load_policy(checkpoint, metadata, device)
+    module = trainer_module(metadata["algo"])
+    if reference:
+        if not getattr(module, "HAS_REFERENCE_POLICY", False):
+            raise ValueError(
+                f"reference=true: a {metadata['algo']} checkpoint holds no reference policy;"
+                " only group-trainer checkpoints (grpo, dr_grpo, rloo, critic, reinforce) do"
+            )
+        return module.load_policy(checkpoint, metadata, device, sampled=sampled, reference=True)
+    return module.load_policy(checkpoint, metadata, device, sampled=sampled)
 
 
 def task_env_factory(metadata: dict[str, Any], render: bool = False) -> EnvFactory:
@@ -227,6 +254,8 @@ def evaluate_checkpoint(
     seed: int | None = None,
     video_episodes: int = 0,
     device: str = "cpu",
+    sampled: bool = False,
+    reference: bool = False,
 ) -> tuple[EvaluationResult, dict[str, Any]]:
     """Evaluate a saved checkpoint on the task it was trained on.
 
@@ -237,17 +266,21 @@ def evaluate_checkpoint(
         seed: First episode seed; defaults to the training run's evaluation seed.
         video_episodes: Episodes to record (frames in ``result.videos``).
         device: Torch device.
+        sampled: Sample actions instead of taking the greedy one (see :func:`load_policy`);
+            the sampling is seeded by ``seed``, so a rerun gives the same result.
+        reference: Group-trainer checkpoints: evaluate the stored start policy.
 
     Returns:
         ``(result, metadata)``.
 
     Raises:
         harness.runs.CheckpointError: Missing or corrupt checkpoint.
+        ValueError: ``reference`` for a checkpoint without a reference policy.
     """
     from harness.runs import resolve_checkpoint
 
     path, metadata = resolve_checkpoint(checkpoint)
-    policy_fn = load_policy(path, metadata, device)
+    policy_fn = load_policy(path, metadata, device, sampled=sampled, reference=reference)
     evaluation = metadata.get("evaluation", {})
     if difficulties is None:
         difficulties = evaluation.get("difficulties") or [
@@ -255,6 +288,8 @@ def evaluate_checkpoint(
         ]
     if seed is None:
         seed = int(evaluation.get("seed", 1_000_000))
-    result = evaluate(policy_fn, task_env_factory(metadata, render=video_episodes > 0),
-                      episodes, list(difficulties), seed, video_episodes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        result = evaluate(policy_fn, task_env_factory(metadata, render=video_episodes > 0),
+                          episodes, list(difficulties), seed, video_episodes)
     return result, metadata

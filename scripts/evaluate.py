@@ -8,7 +8,9 @@ interval, the mean episode length and a per-difficulty table.
 Options (``key=value``, typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty),
 ``difficulties=[0.5,1.0]`` (default: the training run's), ``seed`` (default: the training run's
 held-out evaluation seed), ``video=<file.mp4>`` (records ``video_episodes`` episodes),
-``output=<file.json>``, ``device``.
+``output=<file.json>``, ``device``, ``sampled=true`` (sample actions instead of the greedy ones;
+group fine-tuning optimises the sampled policy), ``reference=true`` (group-trainer checkpoints:
+the frozen start policy, e.g. the BC policy, stored in the same file).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class EvaluateConfig:
     video_episodes: int = 1
     output: str | None = None
     device: str = "cpu"
+    sampled: bool = False
+    reference: bool = False
 
 
 def parse(argv: list[str]) -> EvaluateConfig:
@@ -52,12 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         result, metadata = evaluate_checkpoint(
             args.checkpoint, args.episodes, args.difficulties, args.seed,
             args.video_episodes if args.video else 0, args.device,
+            sampled=args.sampled, reference=args.reference,
         )
     except (CheckpointError, ValueError) as error:
         print(f"evaluate.py: {error}", file=sys.stderr)
         return 1
     low, high = result.success_interval
-    print(f"{metadata['algo']} on {metadata['task']} at {metadata.get('num_timesteps')} steps: "
+    which = ("start (reference) policy of " if args.reference else "") + metadata["algo"]
+    mode = "sampled" if args.sampled else "greedy"
+    print(f"{which} ({mode}) on {metadata['task']} at {metadata.get('num_timesteps')} steps: "
           f"success {result.success_rate:.3f} [{low:.3f}, {high:.3f}] (95% Wilson) over "
           f"{len(result.episodes)} episodes, mean length {result.mean_length:.1f}")
     print(result.table())
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         report = {"checkpoint": args.checkpoint, "algo": metadata["algo"],
                   "task": metadata["task"], "num_timesteps": metadata.get("num_timesteps"),
+                  "sampled": args.sampled, "reference": args.reference,
                   **result.summary()}
         atomic_write_text(Path(args.output), to_json(report))
         print(f"results: {args.output}")

@@ -36,7 +36,7 @@ DEFAULT_OVERRIDES = [
     "algo.learning_rate=1e-3", "algo.num_iterations=2", "algo.minibatch_size=32",
     "algo.zero_signal=drop",
     "torch_threads=2",
-    "curriculum=fixed", "max_minutes=14", "total_timesteps=100000000",
+    "curriculum=fixed", "max_minutes=18", "total_timesteps=100000000",
     "eval.every_steps=100000", "eval.episodes=50", "eval.final_episodes=100",
 ]
 

@@ -128,3 +128,20 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch):
     assert written["pretrain/frames"] > 0
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
     assert list((tmp_path / "data" / "demos").glob("reach_*_n2.hdf5"))
+
+
+def test_checkpoint_evaluates_the_fine_tuned_and_the_start_policy(tmp_path, weak_bc_policy):
+    """Greedy evaluation of the last checkpoint reproduces the run's final and start figures;
+    sampled evaluation is seeded, so it repeats exactly."""
+    from harness.evaluation import evaluate_checkpoint
+
+    summary, _ = train(tmp_path, "run", "algo.iterations=3", f"algo.init_policy={weak_bc_policy}")
+    latest = tmp_path / "run" / "checkpoints" / "latest.pt"
+    final, _ = evaluate_checkpoint(latest, episodes=20)
+    start, _ = evaluate_checkpoint(latest, episodes=20, reference=True)
+    assert final.success_rate == summary["success_rate"]
+    assert start.success_rate == summary["start_success_rate"]
+    sampled, _ = evaluate_checkpoint(latest, episodes=10, sampled=True)
+    again, _ = evaluate_checkpoint(latest, episodes=10, sampled=True)
+    assert [e.success for e in sampled.episodes] == [e.success for e in again.episodes]
+    assert [e.length for e in sampled.episodes] == [e.length for e in again.episodes]

@@ -149,6 +149,10 @@ def test_saved_checkpoint_evaluates_from_the_script(ppo_run, tmp_path, capsys):
     assert imageio.get_reader(video).get_meta_data()["codec"] == "h264"
     assert script.main([f"checkpoint={ppo_run}", "episodes=1", "video_episod=1"]) == 2
     assert "video_episod" in capsys.readouterr().err
+    assert script.main([f"checkpoint={ppo_run}", "episodes=1", "reference=true"]) == 1
+    assert "holds no reference policy" in capsys.readouterr().err
+    assert script.main([f"checkpoint={ppo_run}", "episodes=2", "sampled=true"]) == 0
+    assert "(sampled)" in capsys.readouterr().out
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):

@@ -453,18 +453,23 @@ def train(config: TrainConfig, run: Run) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------- evaluation
-def make_policy_fn(model: BaseAlgorithm, obs_spec: dict[str, Any]) -> PolicyFn:
-    """Deterministic action of ``model`` for a raw task observation dict."""
+def make_policy_fn(
+    model: BaseAlgorithm, obs_spec: dict[str, Any], sampled: bool = False
+) -> PolicyFn:
+    """Action of ``model`` for a raw task observation dict: deterministic, or sampled."""
     keys, flatten = list(obs_spec["keys"]), bool(obs_spec["flatten"])
 
     def act(obs: dict[str, np.ndarray]) -> np.ndarray:
-        action, _ = model.predict(select_observation(obs, keys, flatten), deterministic=True)
+        action, _ = model.predict(select_observation(obs, keys, flatten),
+                                  deterministic=not sampled)
         return action
 
     return act
 
 
-def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu") -> PolicyFn:
+def load_policy(
+    checkpoint: Path, metadata: dict[str, Any], device: str = "cpu", sampled: bool = False
+) -> PolicyFn:
     """Policy function of an SB3 checkpoint (the ``harness.evaluation`` loading contract).
 
     Raises:
@@ -475,4 +480,4 @@ def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu")
         model = cls.load(checkpoint, device=device)
     except Exception as error:  # SB3 raises many types for a damaged zip
         raise CheckpointError(f"checkpoint {checkpoint} could not be loaded: {error!r}") from None
-    return make_policy_fn(model, metadata["observation"])
+    return make_policy_fn(model, metadata["observation"], sampled)
