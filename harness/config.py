@@ -241,10 +241,15 @@ class GroupAlgoConfig(AlgoConfig):
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
             many scripted-expert demos at ``task.difficulty`` (demos cached under ``data/demos``).
         bc_epochs: Epochs of that behaviour cloning.
+        bc_difficulty: Start-state difficulty of those demos; ``None`` uses ``task.difficulty``.
+            A curriculum study can clone on easy starts and evaluate on hard ones.
         state_pretrain_episodes: Pixel policies cloned with ``bc_demos``: first teach their
             features the simulator state on this many noisy-expert episodes
             (``harness.bc.pretrain_state_features``); 0 skips it.
         state_pretrain_epochs: Epochs of that pretraining.
+        freeze_encoder: Fine-tune only what reads the image features (fusion MLP and heads) of
+            a pixel policy, keeping its image encoder as BC left it; the update then encodes
+            each frame once per iteration instead of once per epoch and minibatch.
     """
 
     group_size: int = 8
@@ -264,8 +269,10 @@ class GroupAlgoConfig(AlgoConfig):
     init_policy: str | None = None
     bc_demos: int = 0
     bc_epochs: int = 40
+    bc_difficulty: float | None = None
     state_pretrain_episodes: int = 0
     state_pretrain_epochs: int = 15
+    freeze_encoder: bool = False
 
     def __post_init__(self) -> None:
         from harness.algos.objectives import AGGREGATIONS
@@ -288,6 +295,8 @@ class GroupAlgoConfig(AlgoConfig):
             _check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
         for key in ("bc_epochs", "state_pretrain_epochs"):
             _check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
+        _check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,
+               f"algo.bc_difficulty={self.bc_difficulty}; must be in [0, 1] or null")
 
 
 # ------------------------------------------------------------------------------------ policy

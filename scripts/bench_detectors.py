@@ -85,10 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
         "cnn_images_per_second": {},
     }
     for batch_size in args.batch_sizes:
-        pixels = rng.integers(0, 256, (batch_size, size, size, 3), dtype=np.uint8)
+        views = detector.model.architecture.views  # a multi-view frame counts as one image
+        pixels = rng.integers(0, 256, (batch_size, size, views * size, 3), dtype=np.uint8)
         rate = images_per_second(detector, {"pixels": pixels}, args.seconds)
         results["cnn_images_per_second"][str(batch_size)] = round(rate, 1)
-        print(f"cnn      batch {batch_size:>4}: {rate:8.0f} images/s ({args.threads} thread)")
+        print(f"cnn      batch {batch_size:>4}: {rate:8.0f} images/s ({args.threads} thread, "
+              f"{views} view(s) of {size}x{size})")
 
     env = tasks.make(detector.task)
     env.reset(seed=0)

@@ -6,7 +6,9 @@ With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction
 2. teach the policy's features the simulator state on noisy-expert frames
    (``harness.bc.pretrain_state_features``), then behaviour-clone it on the action tokens;
 3. evaluate the BC policy on held-out seeds;
-4. fine-tune it with GRPO (``harness.algos.group``); the BC weights are also the KL reference;
+4. fine-tune it with GRPO (``harness.algos.group``) for ``max_minutes``; the BC weights are also
+   the KL reference, and the image encoder stays as BC left it (``algo.freeze_encoder``), which
+   makes each update several times cheaper;
 5. evaluate the fine-tuned policy on the same held-out seeds, print the before/after table,
    record ``bc_success`` and ``final_success`` in the run's ``summary.json`` and draw the
    learning curve (``learning_curve.png``).
@@ -34,7 +36,7 @@ DEFAULT_OVERRIDES = [
     "algo.state_pretrain_episodes=200", "algo.state_pretrain_epochs=20",
     "algo.num_start_states=16", "algo.group_size=8", "algo.workers=2",
     "algo.learning_rate=1e-3", "algo.num_iterations=2", "algo.minibatch_size=32",
-    "algo.zero_signal=drop",
+    "algo.zero_signal=drop", "algo.freeze_encoder=true", "algo.iterations=1000000",
     "torch_threads=2",
     "curriculum=fixed", "max_minutes=18", "total_timesteps=100000000",
     "eval.every_steps=100000", "eval.episodes=50", "eval.final_episodes=100",

@@ -51,11 +51,20 @@ class Architecture:
         channels: Output channels of the four convolutions.
         keypoints: Spatial-softmax keypoints read off the stride-4 features (0: none).
         hidden: Width of the two hidden layers of the head.
+        margin_head: A second head regressing the signed distance to the success boundary
+            (:meth:`SuccessCNN.forward_with_margin`). Trained where the simulator gives that
+            distance, it teaches the features to measure how far the object is from success,
+            which a binary label says little about near the boundary. Inference ignores it.
+        views: Square camera views side by side in each frame (``camera="front+overhead"``
+            gives 2): the same convolutions read each view, and the head reads the features of
+            all of them, so one view can see what the gripper hides from the other.
     """
 
     channels: tuple[int, int, int, int] = (16, 32, 32, 64)
     keypoints: int = 16
     hidden: int = 128
+    margin_head: bool = False
+    views: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "channels", tuple(int(c) for c in self.channels))
@@ -65,6 +74,8 @@ class Architecture:
             raise ValueError(f"keypoints={self.keypoints}; expected an integer >= 0")
         if int(self.hidden) < 1:
             raise ValueError(f"hidden={self.hidden}; expected a positive integer")
+        if int(self.views) < 1:
+            raise ValueError(f"views={self.views}; expected a positive integer")
 
 
 def _conv(in_channels: int, out_channels: int, kernel: int, stride: int) -> list[nn.Module]:
@@ -121,11 +132,18 @@ class SuccessCNN(nn.Module):
         if arch.keypoints:
             self.keypoints = nn.Sequential(nn.Conv2d(c[2], arch.keypoints, 1), SpatialSoftmax())
             features += 3 * arch.keypoints
+        features *= arch.views
         self.head = nn.Sequential(
             nn.Linear(features, arch.hidden), nn.ReLU(inplace=True),
             nn.Linear(arch.hidden, arch.hidden), nn.ReLU(inplace=True),
             nn.Linear(arch.hidden, 1),
         )
+        self.margin_head = None
+        if arch.margin_head:
+            self.margin_head = nn.Sequential(
+                nn.Linear(features, arch.hidden), nn.ReLU(inplace=True),
+                nn.Linear(arch.hidden, 1),
+            )
         for module in self.modules():
             # He initialisation: PyTorch's default shrinks the signal layer by layer, which
             # leaves this net on a flat loss for the first epochs.
@@ -139,23 +157,40 @@ class SuccessCNN(nn.Module):
                              persistent=False)
         self.to(memory_format=torch.channels_last)
 
-    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N,)`` for ``uint8`` (or float 0..255) frames ``(N, H, W, 3)``."""
+    def _features(self, pixels: torch.Tensor) -> torch.Tensor:
+        views = self.architecture.views
+        if views > 1:  # (N, H, V*W, 3) -> (N*V, H, W, 3): every view through the same trunk
+            n, h, w, _ = pixels.shape
+            pixels = pixels.reshape(n, h, views, w // views, 3).transpose(1, 2)
+            pixels = pixels.reshape(n * views, h, w // views, 3)
         x = pixels.permute(0, 3, 1, 2).float()  # a channels_last view of the NHWC frames
         x = self.trunk((x - self.mean) / self.std)
         pooled = self.pooled(x)
         parts = [pooled.amax(dim=(2, 3)), pooled.mean(dim=(2, 3))]
         if self.keypoints is not None:
             parts.append(self.keypoints(x))
-        return self.head(torch.cat(parts, dim=1)).squeeze(1)
+        features = torch.cat(parts, dim=1)
+        return features.reshape(len(features) // views, -1)  # the views' features side by side
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N,)`` for ``uint8`` (or float 0..255) frames ``(N, H, W, 3)``."""
+        return self.head(self._features(pixels)).squeeze(1)
+
+    def forward_with_margin(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``(N,)`` and predicted margins ``(N,)`` in centimetres (needs ``margin_head``)."""
+        if self.margin_head is None:
+            raise ValueError("this SuccessCNN has no margin head (architecture.margin_head)")
+        features = self._features(pixels)
+        return self.head(features).squeeze(1), self.margin_head(features).squeeze(1)
 
 
-def check_pixels(pixels: Any, image_size: int | None = None) -> np.ndarray:
+def check_pixels(pixels: Any, image_size: int | None = None, views: int = 1) -> np.ndarray:
     """Validate a batch of frames and return it as a ``uint8 (N, H, W, 3)`` array.
 
     Args:
         pixels: The frames (numpy array or torch tensor).
         image_size: The side the detector expects, or ``None`` to accept any square size.
+        views: Square views side by side in each frame: the width must be ``views`` x the height.
 
     Raises:
         ValueError: Wrong dtype (e.g. float frames), a single image without a batch axis,
@@ -188,11 +223,12 @@ def check_pixels(pixels: Any, image_size: int | None = None) -> np.ndarray:
             f"pixels have {shape[-1]} channel(s) (shape {shape}); expected RGB with 3 "
             "(drop the alpha channel or convert grey images to RGB)"
         )
-    if image_size is not None and shape[1:3] != (image_size, image_size):
-        raise ValueError(
-            f"pixels are {shape[1]}x{shape[2]}; this detector was trained on "
-            f"{image_size}x{image_size} frames (render with image_size={image_size})"
-        )
+    if image_size is not None and shape[1:3] != (image_size, views * image_size):
+        what = f"{image_size}x{image_size} frames" if views == 1 else (
+            f"{views} {image_size}x{image_size} views side by side ({image_size}x"
+            f"{views * image_size}; render_camera with the detector's camera gives them)")
+        raise ValueError(f"pixels are {shape[1]}x{shape[2]} (height x width); this detector was "
+                         f"trained on {what} (render with image_size={image_size})")
     return pixels
 
 
@@ -222,13 +258,17 @@ class CNNDetector(SuccessDetector):
         batch_size: int = 256,
     ) -> None:
         super().__init__(threshold=threshold, task=task, camera=camera, image_size=int(image_size))
+        views = len(camera.split("+"))
+        if views != model.architecture.views:
+            raise ValueError(f"camera={camera!r} names {views} view(s) but the network reads "
+                             f"{model.architecture.views}")
         self.model = model.eval()
         self.training_summary = dict(training_summary or {})
         self.batch_size = int(batch_size)
 
     def predict_proba(self, batch: Mapping[str, Any]) -> np.ndarray:
         self._require(batch)
-        pixels = check_pixels(batch["pixels"], self.image_size)
+        pixels = check_pixels(batch["pixels"], self.image_size, self.model.architecture.views)
         return predict_pixels(self.model, pixels, self.batch_size)
 
     def save(self, path: str | os.PathLike) -> Path:

@@ -226,7 +226,8 @@ class CollectConfig:
         task: Task name.
         episodes: Episodes to roll out (before balancing).
         difficulty: ``[low, high]``; each episode draws its difficulty uniformly from it.
-        camera: Camera to render.
+        camera: Camera to render; several joined by ``+`` (``"front+overhead"``) store their
+            views side by side in each frame, for a multi-view detector.
         image_size: Side of the square frames.
         policies: Weight of each policy kind in :data:`POLICIES`; missing kinds weigh 0.
         noise: ``[low, high]`` of the Gaussian action noise of ``noisy_expert``.
@@ -254,6 +255,12 @@ class CollectConfig:
     splits: tuple[float, float, float] = (0.7, 0.15, 0.15)
     seed: int = 0
     workers: int = 1
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        """Shape of one stored frame: the views side by side."""
+        views = len(self.camera.split("+"))
+        return (self.image_size, views * self.image_size, 3)
 
     def __post_init__(self) -> None:
         import tasks
@@ -449,13 +456,15 @@ def _collect_chunk(config: CollectConfig, episodes: list[int]) -> FrameSet:
     import tasks
 
     torch.set_num_threads(1)  # workers share the machine: one thread each
-    env = tasks.make(config.task, obs_mode="state", camera=config.camera,
+    # The env's own camera only matters for its observations (state here); frames come from
+    # render_camera(config.camera), which also takes several views joined by "+".
+    env = tasks.make(config.task, obs_mode="state", camera=config.camera.split("+")[0],
                      image_size=config.image_size, terminate_on_success=False)
     try:
         parts = [collect_episode(env, episode, config) for episode in episodes]
     finally:
         env.close()
-    return FrameSet.concatenate(parts, (config.image_size, config.image_size, 3))
+    return FrameSet.concatenate(parts, config.frame_shape)
 
 
 def collect_frames(config: CollectConfig, progress: bool = True) -> FrameSet:
@@ -480,7 +489,7 @@ def collect_frames(config: CollectConfig, progress: bool = True) -> FrameSet:
                 parts.append(frames)
                 bar.update(len(part))
     bar.close()
-    return FrameSet.concatenate(parts, (config.image_size, config.image_size, 3))
+    return FrameSet.concatenate(parts, config.frame_shape)
 
 
 def build_dataset(config: CollectConfig, progress: bool = True) -> dict[str, FrameSet]:

@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -214,13 +214,20 @@ class Augmentation:
         x = pixels.float()
         batch, height, width, _ = x.shape
         if self.shift > 0:
-            s = self.shift
+            # Views side by side (width a multiple of height) are shifted independently, so
+            # no view borrows columns of its neighbour.
+            views = width // height if width % height == 0 else 1
+            x = x.reshape(batch, height, views, width // views, 3).transpose(1, 2)
+            x = x.reshape(batch * views, height, width // views, 3)
+            s, view_width = self.shift, width // views
             padded = F.pad(x.permute(0, 3, 1, 2), (s, s, s, s), mode="replicate")
-            offsets = torch.randint(0, 2 * s + 1, (batch, 2), generator=generator)
+            offsets = torch.randint(0, 2 * s + 1, (batch * views, 2), generator=generator)
             x = torch.stack([
-                padded[i, :, dy:dy + height, dx:dx + width]
+                padded[i, :, dy:dy + height, dx:dx + view_width]
                 for i, (dy, dx) in enumerate(offsets.tolist())
             ]).permute(0, 2, 3, 1)
+            x = x.reshape(batch, views, height, view_width, 3).transpose(1, 2)
+            x = x.reshape(batch, height, width, 3)
         uniform = torch.rand(batch, 5, generator=generator) * 2 - 1
         brightness = (self.brightness * 255 * uniform[:, 0]).view(batch, 1, 1, 1)
         contrast = (1 + self.contrast * uniform[:, 1]).view(batch, 1, 1, 1)
@@ -247,6 +254,10 @@ class TrainConfig:
             precision, not the measured value, to reach ``target_precision``.
         augmentation: Image augmentation.
         architecture: Layer sizes of the network.
+        margin_weight: Weight of the margin head's loss (Huber, centimetres) against the
+            classification loss, where frames have a known margin (simulator data).
+        margin_cap_cm: Margins are clipped to +-this many centimetres before regression: far
+            from the boundary the exact distance does not matter.
         seed: Seed of initialisation, shuffling and augmentation.
         threads: Torch CPU threads.
     """
@@ -256,11 +267,13 @@ class TrainConfig:
     learning_rate: float = 2e-3
     weight_decay: float = 1e-4
     patience: int = 4
-    max_minutes: float = 5.0
+    max_minutes: float = 10.0
     target_precision: float = 0.98
     conservative_threshold: bool = True
     augmentation: Augmentation = field(default_factory=Augmentation)
     architecture: Architecture = field(default_factory=Architecture)
+    margin_weight: float = 0.5
+    margin_cap_cm: float = 5.0
     seed: int = 0
     threads: int = 1
 
@@ -277,6 +290,10 @@ class TrainConfig:
                 raise ValueError(f"train.{name}={getattr(self, name)}; expected a number > 0")
         if not 0 < self.target_precision <= 1:
             raise ValueError(f"train.target_precision={self.target_precision}; expected (0, 1]")
+        if not self.margin_weight >= 0:
+            raise ValueError(f"train.margin_weight={self.margin_weight}; expected a number >= 0")
+        if not self.margin_cap_cm > 0:
+            raise ValueError(f"train.margin_cap_cm={self.margin_cap_cm}; expected cm > 0")
 
 
 @dataclass
@@ -302,10 +319,19 @@ def _class_weights(labels: torch.Tensor) -> tuple[float, float]:
 
 
 def _loss(model: SuccessCNN, pixels: torch.Tensor, labels: torch.Tensor,
-          weights: tuple[float, float]) -> torch.Tensor:
-    logits = model(pixels)
+          weights: tuple[float, float], margins_cm: torch.Tensor | None = None,
+          margin_weight: float = 0.0) -> torch.Tensor:
+    """Class-weighted cross-entropy, plus ``margin_weight`` x the margin head's Huber loss on the
+    frames whose margin is known (``margins_cm`` finite; already clipped)."""
     frame_weights = torch.where(labels > 0.5, weights[1], weights[0])
-    return F.binary_cross_entropy_with_logits(logits, labels, weight=frame_weights)
+    if margins_cm is None or model.margin_head is None:
+        return F.binary_cross_entropy_with_logits(model(pixels), labels, weight=frame_weights)
+    logits, predicted = model.forward_with_margin(pixels)
+    loss = F.binary_cross_entropy_with_logits(logits, labels, weight=frame_weights)
+    known = torch.isfinite(margins_cm)
+    if known.any():
+        loss = loss + margin_weight * F.huber_loss(predicted[known], margins_cm[known])
+    return loss
 
 
 def _validation_loss(
@@ -347,7 +373,20 @@ def fit(train: FrameSet, val: FrameSet, config: TrainConfig, progress: bool = Tr
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     mean, std = normalisation_of(train.pixels)
-    model = SuccessCNN(config.architecture, mean=mean, std=std)
+    height, width = train.pixels.shape[1:3]
+    if width % height:
+        raise ValueError(f"frames are {height}x{width}; expected square views side by side "
+                         "(width a multiple of height)")
+    architecture = replace(config.architecture, views=width // height)
+    margins_cm = None
+    if architecture.margin_head:
+        if np.isfinite(train.margin).any():
+            cap = config.margin_cap_cm
+            margins_cm = torch.from_numpy(np.clip(100.0 * train.margin, -cap, cap)
+                                          .astype(np.float32))
+        else:  # photos: no distance to learn from
+            architecture = replace(architecture, margin_head=False)
+    model = SuccessCNN(architecture, mean=mean, std=std)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
                                   weight_decay=config.weight_decay)
     pixels = torch.from_numpy(train.pixels)
@@ -372,7 +411,9 @@ def fit(train: FrameSet, val: FrameSet, config: TrainConfig, progress: bool = Tr
         for b in range(batches):
             index = order[b * config.batch_size:(b + 1) * config.batch_size]
             batch = config.augmentation(pixels[index], generator)
-            loss = _loss(model, batch, labels[index], weights)
+            loss = _loss(model, batch, labels[index], weights,
+                         None if margins_cm is None else margins_cm[index],
+                         config.margin_weight)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()

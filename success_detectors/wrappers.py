@@ -125,7 +125,8 @@ class VerifierWrapper(gym.Wrapper):
         if detector.camera is not None and self.camera != detector.camera:
             raise ValueError(f"detector reads camera {detector.camera!r}; camera={self.camera!r} "
                              "was asked for")
-        if "pixels" in detector.requires and self.camera not in base.camera_names:
+        if "pixels" in detector.requires and \
+                not set(self.camera.split("+")) <= set(base.camera_names):
             raise ValueError(f"camera={self.camera!r} is not in this env; it has "
                              f"{list(base.camera_names)}")
         if detector.task is not None and base.config.terminate_on_success:

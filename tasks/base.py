@@ -432,9 +432,19 @@ class ManipulationEnv(gym.Env):
         return self._video_renderer.render(self.data, self._camera_id)
 
     def render_camera(self, camera: str, size: int | None = None, quality: str | None = None):
-        """Render one frame from any named camera (e.g. for detector data or figures)."""
-        if camera not in self.camera_names:
-            raise ValueError(f"camera={camera!r}; expected one of {self.camera_names}")
+        """Render one frame from any named camera (e.g. for detector data or figures).
+
+        ``camera`` may name several cameras joined by ``+`` (``"front+overhead"``): their
+        square frames are rendered at the same instant and returned side by side, left to right,
+        as one ``(size, n * size, 3)`` image (a multi-view detector's input).
+        """
+        views = camera.split("+")
+        unknown = [view for view in views if view not in self.camera_names]
+        if unknown:
+            raise ValueError(f"camera={camera!r}: {unknown} not among {self.camera_names} "
+                             "(join several with '+', e.g. 'front+overhead')")
+        if len(views) > 1:
+            return np.concatenate([self.render_camera(v, size, quality) for v in views], axis=1)
         size = int(size or self.config.image_size)
         quality = quality or self.config.render_quality
         key = (size, quality)

@@ -138,6 +138,7 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
      (["curriculum=success_band", "curriculum.low=0.9"], ["curriculum", "low"]),
      (["algo=grpo", "algo.aggregation=sum"], ["algo.aggregation='sum'", "token_sum_const"]),
      (["algo=rloo", "algo.zero_signal=skip"], ["skip", "resample"]),
+     (["algo=grpo", "algo.bc_difficulty=1.5"], ["algo.bc_difficulty=1.5", "[0, 1]"]),
      (["eval.difficulties=[0.5,2.0]"], ["eval.difficulties", "2.0"]),
      (["algo.name=sac"], ["sac", "ppo", "trpo"])],
 )

@@ -239,6 +239,31 @@ def test_training_writes_checkpoint_metrics_and_figure(trained):
     assert accuracy == pytest.approx(metrics["accuracy"])
 
 
+def test_margin_head_learns_the_distance_to_success(trained, tmp_path):
+    """``architecture.margin_head``: the second head's predicted margin follows the simulator's
+    on held-out frames, and the checkpoint (with that head) reloads to the same verdicts."""
+    from success_detectors.cnn import Architecture
+
+    config = TrainDetectorConfig(
+        data=str(trained["data"]), out_dir=str(tmp_path / "out"),
+        train=TrainConfig(epochs=8, learning_rate=3e-3, patience=8, max_minutes=2.0,
+                          architecture=Architecture(margin_head=True)),
+    )
+    result = train_detector(config, progress=False)
+    model = result.detector.model
+    assert model.margin_head is not None
+    test = read_dataset(trained["data"])["test"]
+    with torch.no_grad():
+        _, predicted = model.forward_with_margin(torch.from_numpy(test.pixels))
+    truth = np.clip(100 * test.margin, -5, 5)
+    correlation = np.corrcoef(predicted.numpy(), truth)[0, 1]
+    assert correlation > 0.6, correlation
+    reloaded = load_detector(result.checkpoint, task="drawer_open")
+    assert reloaded.model.margin_head is not None
+    assert np.allclose(reloaded.predict_proba({"pixels": test.pixels}),
+                       result.detector.predict_proba({"pixels": test.pixels}))
+
+
 def test_make_builds_detectors_from_the_hydra_group(trained):
     from omegaconf import OmegaConf
 
@@ -294,11 +319,13 @@ def test_image_folder_training(tmp_path):
     config = TrainDetectorConfig(
         image_dir=str(folder), task="push", camera="real_front", image_size=32,
         out_dir=str(tmp_path / "out"),
-        train=TrainConfig(epochs=15, batch_size=16, learning_rate=3e-3, patience=15),
+        train=TrainConfig(epochs=15, batch_size=16, learning_rate=3e-3, patience=15,
+                          architecture={"margin_head": True}),
     )
     result = train_detector(config, progress=False)
     detector = load_detector(result.checkpoint, camera="real_front")
     assert np.mean(detector({"pixels": frames.pixels}) == frames.label) >= 0.9
+    assert detector.model.margin_head is None  # photos have no margins to regress
     assert result.metrics["camera"] == "real_front"
 
 
@@ -335,6 +362,58 @@ def test_dataset_bad_input(tmp_path):
         read_dataset(tmp_path / "junk.h5")
 
 
+# ------------------------------------------------------------------------ several views
+def test_render_camera_puts_views_side_by_side():
+    env = tasks.make("push", obs_mode="state")
+    env.reset(seed=0)
+    base = env.unwrapped
+    both = base.render_camera("front+overhead", 32)
+    assert both.shape == (32, 64, 3) and both.dtype == np.uint8
+    assert np.array_equal(both[:, :32], base.render_camera("front", 32))
+    assert np.array_equal(both[:, 32:], base.render_camera("overhead", 32))
+    with pytest.raises(ValueError, match=r"\['top'\] not among"):
+        base.render_camera("front+top", 32)
+    env.close()
+
+
+def test_two_view_detector_trains_and_verifies(tmp_path):
+    """``camera="front+side"``: frames of both views side by side, one network reading both,
+    in data collection, training, checkpoints and the verifier wrapper."""
+    collect = CollectConfig(
+        task="drawer_open", episodes=40, image_size=32, frame_stride=2, camera="front+side",
+        policies={"expert": 1.0, "noisy_expert": 1.0, "perturbed": 1.0, "random": 0.5},
+        hard_margin=0.01, hard_fraction=0.0, seed=1,
+    )
+    splits = build_dataset(collect, progress=False)
+    assert splits["train"].pixels.shape[1:] == (32, 64, 3)
+    data_path = write_dataset(tmp_path / "drawer.h5", splits, task="drawer_open",
+                              camera="front+side")
+    config = TrainDetectorConfig(
+        data=str(data_path), out_dir=str(tmp_path / "out"),
+        train=TrainConfig(epochs=10, learning_rate=3e-3, patience=10, max_minutes=2.0),
+    )
+    result = train_detector(config, progress=False)
+    best = result.metrics["training"]["history"][result.metrics["training"]["best_epoch"] - 1]
+    assert best["val_accuracy"] >= 0.85, result.metrics["training"]["history"]
+    detector = load_detector(result.checkpoint, task="drawer_open", camera="front+side")
+    assert detector.model.architecture.views == 2
+    with pytest.raises(ValueError, match="2 32x32 views side by side"):
+        detector.predict_proba({"pixels": splits["test"].pixels[:, :, :32]})
+    with pytest.raises(ValueError, match="names 1 view"):
+        CNNDetector(detector.model, task="drawer_open", camera="front", image_size=32)
+
+    env = VerifierWrapper(tasks.make("drawer_open", terminate_on_success=False), detector,
+                          when="every_step")
+    env.reset(seed=3)
+    for _ in range(5):
+        _, _, _, _, info = env.step(env.action_space.sample())
+    assert 0.0 <= info["verifier_probability"] <= 1.0
+    counts = env.counts
+    assert counts.true_positives + counts.false_positives + counts.true_negatives \
+        + counts.false_negatives == 5
+    env.close()
+
+
 # ------------------------------------------------------------------------ CNN bad input
 @pytest.fixture(scope="module")
 def small_detector():
@@ -348,6 +427,7 @@ def small_detector():
     (np.zeros((16, 16, 3), np.uint8), "single image"),
     (np.zeros((2, 16, 16, 4), np.uint8), "4 channel"),
     (np.zeros((2, 32, 32, 3), np.uint8), "trained on 16x16"),
+    (np.zeros((2, 16, 32, 3), np.uint8), "trained on 16x16"),  # two views for a one-view net
     (np.zeros((2, 16, 16), np.uint8), "expected a batch"),
 ])
 def test_cnn_rejects_bad_pixels(small_detector, pixels, match):

@@ -145,3 +145,49 @@ def test_checkpoint_evaluates_the_fine_tuned_and_the_start_policy(tmp_path, weak
     again, _ = evaluate_checkpoint(latest, episodes=10, sampled=True)
     assert [e.success for e in sampled.episodes] == [e.success for e in again.episodes]
     assert [e.length for e in sampled.episodes] == [e.length for e in again.episodes]
+
+
+PIXELS = [
+    "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=10", "policy=tiny_vla",
+    "policy.hidden=16", "policy.conv_channels=[4,4]", "algo.minibatch_size=12",
+    "algo.iterations=2", "torch_threads=1",
+]
+
+
+def test_frozen_encoder_trains_only_what_reads_the_image_features(tmp_path):
+    """``algo.freeze_encoder``: the encoder ends as it started, the rest moves, and the cached
+    features give the very log-probabilities the pixels give."""
+    import tasks
+    from harness.algos.group import _policy_from_checkpoint
+    from harness.policies import obs_to_batch
+
+    # critic: r - V(s0) moves the policy even when every attempt of a fresh policy fails
+    train(tmp_path, "frozen", *PIXELS, "algo=critic", "algo.zero_signal=keep",
+          "algo.freeze_encoder=true")
+    state = torch.load(tmp_path / "frozen" / "checkpoints" / "latest.pt", weights_only=False)
+    tuned, start = state["trainer"]["policy"], state["trainer"]["reference"]
+    encoder = [k for k in tuned if k.startswith("image_encoder.")]
+    assert encoder and all(torch.equal(tuned[k], start[k]) for k in encoder)
+    moved = [k for k in tuned if k.startswith(("fusion.", "action_head."))
+             and not torch.equal(tuned[k], start[k])]
+    assert moved, "nothing but the encoder should be frozen"
+
+    policy = _policy_from_checkpoint(state).eval()
+    env = tasks.make("reach", obs_mode="pixels", image_size=32)
+    obs = obs_to_batch(env.reset(seed=0)[0])
+    tokens = torch.tensor([[1, 2, 3, 4][: policy.config.action_dim]])
+    with torch.no_grad():
+        cached = {**{k: v for k, v in obs.items() if k != "pixels"},
+                  "image_features": policy.encode_image(obs["pixels"])}
+        assert torch.allclose(policy.log_prob(cached, tokens), policy.log_prob(obs, tokens))
+
+
+def test_frozen_encoder_needs_an_image_policy(tmp_path):
+    with pytest.raises(ValueError, match="freeze_encoder.*tiny_vla"):
+        train(tmp_path, "bad", "algo.freeze_encoder=true", "algo.iterations=1")
+
+
+def test_resume_with_another_freeze_encoder_names_it(tmp_path):
+    train(tmp_path, "run", *PIXELS, "algo.iterations=1")
+    with pytest.raises(ValueError, match="freeze_encoder"):
+        train(tmp_path, "run", *PIXELS, "algo.freeze_encoder=true", "resume=true")

@@ -262,14 +262,16 @@ def test_report_script_prints_the_report_and_fails_cleanly(ablation, tmp_path, m
 
 
 # ---------------------------------------------------------------------- the ablation itself
+@pytest.mark.parametrize("experiment", ["curriculum_ablation", "curriculum_ablation_easy_bc"])
 @pytest.mark.parametrize("curriculum", ["fixed", "uniform", "linear", "success_band"])
-def test_curriculum_ablation_composes_for_every_curriculum(curriculum):
-    config = harness_config.compose(["+experiment=curriculum_ablation",
-                                     f"curriculum={curriculum}"])
+def test_curriculum_ablation_composes_for_every_curriculum(experiment, curriculum):
+    config = harness_config.compose([f"+experiment={experiment}", f"curriculum={curriculum}"])
     assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
         "grpo", "push", "state", "mlp")
     assert config.task.difficulty == 1.0 and config.curriculum.name == curriculum
     assert config.max_minutes is not None and config.total_timesteps < 1_000_000
+    # the easy-start variant clones on difficulty 0 and still trains and evaluates at 1.0
+    assert config.algo.bc_difficulty == (0.0 if experiment.endswith("easy_bc") else None)
 
 
 def test_report_of_a_real_two_job_multirun(tmp_path):

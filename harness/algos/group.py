@@ -115,7 +115,6 @@ class RolloutEngine:
 
     def __init__(self, task: str, task_options: dict[str, Any], policy_spec: tuple,
                  num_envs: int, verifier_view: tuple[str, int] | None = None) -> None:
-        torch.set_num_threads(1)
         torch.set_flush_denormal(True)  # see train()
         self.envs = [tasks.make(task, **task_options) for _ in range(num_envs)]
         self.policy = build_policy(*policy_spec)
@@ -199,6 +198,7 @@ def _worker_main(connection, engine_args: tuple) -> None:
     # Mesa's llvmpipe rasterises with one thread per core by default; with one rollout process
     # per core that oversubscribes the machine (measured: 2-worker scaling 1.23x -> 1.43x).
     os.environ.setdefault("LP_NUM_THREADS", "1")
+    torch.set_num_threads(1)  # one core per worker; the trainer process keeps its own setting
     engine = RolloutEngine(*engine_args)
     try:
         while True:
@@ -272,6 +272,8 @@ class RolloutPool:
 
 
 # ------------------------------------------------------------------------------ the update
+DIAGNOSTIC_STEPS = 512  # steps on which entropy and KL to the reference are estimated
+
 def attempt_tensor(values: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-step ``(N_steps, action_dim)`` values -> padded per-attempt tokens ``(A, T)`` + mask."""
     per_attempt = torch.split(values.reshape(len(values), -1), lengths.tolist())
@@ -311,90 +313,131 @@ class GroupTrainer:
         self.reference = copy.deepcopy(policy).eval()
         for parameter in self.reference.parameters():
             parameter.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=algo.learning_rate)
+        self.freeze_encoder = bool(getattr(algo, "freeze_encoder", False))
+        if self.freeze_encoder:
+            if not hasattr(policy, "encode_image"):
+                raise ValueError(
+                    f"algo.freeze_encoder=true needs a policy with an image encoder "
+                    f"(policy=tiny_vla); {type(policy).__name__} has none")
+            for parameter in policy.image_encoder.parameters():
+                parameter.requires_grad_(False)
+        trainable = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(trainable, lr=algo.learning_rate)
         self.max_tokens = None  # set from the env's episode limit by train()
 
     def update(self, rollout: RolloutBatch, rewards: np.ndarray,
                keep_groups: np.ndarray) -> dict[str, float]:
-        """Advantages, then ``num_iterations`` epochs of minibatch updates; returns metrics."""
+        """Advantages, then ``num_iterations`` epochs of minibatch updates; returns metrics.
+
+        Only the steps of the kept groups' attempts are evaluated: with ``zero_signal=drop``
+        the others carry no gradient, so no log-probability of theirs is computed.
+        """
         algo, policy = self.algo, self.policy
         obs = obs_to_batch(rollout.obs, batched=True)
         tokens = torch.as_tensor(rollout.tokens)
         starts, lengths = rollout.starts, rollout.lengths
-        first_steps = torch.as_tensor(starts)
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32)
         values = None
         if self.estimator == "critic":
             with torch.no_grad():
-                values = policy.value({k: v[first_steps] for k, v in obs.items()})
+                values = policy.value({k: v[torch.as_tensor(starts)] for k, v in obs.items()})
         advantages = group_advantages(rewards_t, algo.group_size, self.estimator, values=values)
 
-        with torch.no_grad():
-            old_logp = self._log_probs(policy, obs, tokens)
-            # Without a KL penalty the reference is only watched, on a subsample of steps (a
-            # full pass costs as much as a third of an update epoch on pixels).
-            ref_logp = self._log_probs(self.reference, obs, tokens) if algo.beta > 0 else None
-
+        # The update's data: the kept attempts, renumbered 0..A-1, their steps concatenated.
         attempts = np.flatnonzero(np.repeat(keep_groups, algo.group_size))
+        kept_lengths = lengths[attempts]
+        kept_starts = np.concatenate([[0], np.cumsum(kept_lengths)[:-1]]).astype(np.int64)
+        kept_advantages, kept_rewards = advantages[attempts], rewards_t[attempts]
         metrics: dict[str, list[float]] = {}
-        generator = np.random.default_rng(self.cfg.seed)
-        for _ in range(algo.num_iterations):
-            order = generator.permutation(attempts) if len(attempts) else attempts
-            for begin in range(0, len(order), algo.minibatch_size):
-                chosen = np.sort(order[begin:begin + algo.minibatch_size])
-                mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, lengths, chosen)
-                logp = policy.log_prob(mb_obs, mb_tokens)
-                mb_lengths = lengths[chosen]
-                logp_pad, mask = attempt_tensor(logp, mb_lengths)
-                old_pad, _ = attempt_tensor(old_logp[index], mb_lengths)
-                ref_pad = None
-                if ref_logp is not None:
-                    ref_pad, _ = attempt_tensor(ref_logp[index], mb_lengths)
-                loss, stats = policy_loss(
-                    logp_pad, old_pad, advantages[chosen], mask,
-                    clip_low=algo.clip_low, clip_high=algo.clip_high,
-                    aggregation=self.aggregation, max_tokens=self.max_tokens,
-                    ref_logp=ref_pad, beta=algo.beta,
-                )
-                if self.estimator == "critic":
-                    first = torch.as_tensor(starts[chosen])
-                    value = policy.value({k: v[first] for k, v in obs.items()})
-                    value_loss = torch.mean((value - rewards_t[chosen]) ** 2)
-                    loss = loss + 0.5 * value_loss
-                    stats["value_loss"] = float(value_loss.detach())
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"non-finite policy loss ({float(loss)}) at a minibatch of "
-                        f"{len(chosen)} attempts; the last good checkpoint is kept"
-                    )
-                self.optimizer.zero_grad()
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
-                self.optimizer.step()
-                stats["loss"] = float(loss.detach())
-                stats["grad_norm"] = float(grad_norm)
-                for key, value in stats.items():
-                    metrics.setdefault(key, []).append(float(value))
+        old_logp = ref_logp = None
+        if len(attempts):
+            kept_obs, kept_tokens, _ = select_attempts(obs, tokens, starts, lengths, attempts)
+            with torch.no_grad():
+                if self.freeze_encoder:  # the encoder never changes: encode each frame once
+                    kept_obs = self._with_image_features(kept_obs)
+                old_logp = self._log_probs(policy, kept_obs, kept_tokens)
+                # Without a KL penalty the reference is only watched, on a subsample of steps
+                # (a full pass costs as much as a third of an update epoch on pixels).
+                if algo.beta > 0:
+                    ref_logp = self._log_probs(self.reference, kept_obs, kept_tokens)
+            generator = np.random.default_rng(self.cfg.seed)
+            for _ in range(algo.num_iterations):
+                order = generator.permutation(len(attempts))
+                for begin in range(0, len(order), algo.minibatch_size):
+                    chosen = np.sort(order[begin:begin + algo.minibatch_size])
+                    stats = self._step(kept_obs, kept_tokens, kept_starts, kept_lengths, chosen,
+                                       old_logp, ref_logp, kept_advantages, kept_rewards)
+                    for key, value in stats.items():
+                        metrics.setdefault(key, []).append(float(value))
 
-        with torch.no_grad():
-            stride = max(1, len(tokens) // 2048)
-            sample = {k: v[::stride] for k, v in obs.items()}
-            entropy = float(policy.entropy(sample).mean())
-            if ref_logp is None:
-                ref_logp = self._log_probs(self.reference, sample, tokens[::stride])
-                old_logp = old_logp[::stride]
         result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
-        # k3 estimate of KL(sampling policy || reference) on the sampled tokens
-        kl_ref = (torch.exp(ref_logp - old_logp) - (ref_logp - old_logp) - 1).mean()
+        # Entropy and KL to the reference are diagnostics: a subsample of steps is enough, and
+        # on pixels each evaluated frame costs as much as in the update itself.
+        with torch.no_grad():
+            source = kept_obs if old_logp is not None else obs
+            stride = max(1, len(next(iter(source.values()))) // DIAGNOSTIC_STEPS)
+            sample = {k: v[::stride] for k, v in source.items()}
+            result["train/entropy"] = float(policy.entropy(sample).mean())
+            if old_logp is not None:
+                # k3 estimate of KL(sampling policy || reference) on the sampled tokens
+                if ref_logp is None:
+                    ref_logp = self._log_probs(self.reference, sample, kept_tokens[::stride])
+                else:
+                    ref_logp = ref_logp[::stride]
+                log_ratio = ref_logp - old_logp[::stride]
+                kl_ref = float((torch.exp(log_ratio) - log_ratio - 1).mean())
+            else:
+                kl_ref = float("nan")  # no group carried signal: nothing was evaluated
         result.update({
-            "train/entropy": entropy,
-            "train/kl_to_reference": float(kl_ref),
+            "train/kl_to_reference": kl_ref,
             "train/advantage_mean": float(advantages.mean()),
             "train/advantage_std": float(advantages.std()) if len(advantages) > 1 else 0.0,
             "train/advantage_abs_max": float(advantages.abs().max()),
             "train/updated_attempts": float(len(attempts)),
         })
         return result
+
+    def _with_image_features(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks."""
+        pixels, chunk = obs["pixels"], 1024
+        features = torch.cat([self.policy.encode_image(pixels[i:i + chunk])
+                              for i in range(0, len(pixels), chunk)])
+        return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
+
+    def _step(self, obs, tokens, starts, lengths, chosen, old_logp, ref_logp, advantages,
+              rewards) -> dict[str, float]:
+        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``lengths``)."""
+        algo, policy = self.algo, self.policy
+        mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, lengths, chosen)
+        mb_lengths = lengths[chosen]
+        logp_pad, mask = attempt_tensor(policy.log_prob(mb_obs, mb_tokens), mb_lengths)
+        old_pad, _ = attempt_tensor(old_logp[index], mb_lengths)
+        ref_pad = None if ref_logp is None else attempt_tensor(ref_logp[index], mb_lengths)[0]
+        loss, stats = policy_loss(
+            logp_pad, old_pad, advantages[chosen], mask,
+            clip_low=algo.clip_low, clip_high=algo.clip_high,
+            aggregation=self.aggregation, max_tokens=self.max_tokens,
+            ref_logp=ref_pad, beta=algo.beta,
+        )
+        if self.estimator == "critic":
+            first = torch.as_tensor(starts[chosen])
+            value = policy.value({k: v[first] for k, v in obs.items()})
+            value_loss = torch.mean((value - rewards[chosen]) ** 2)
+            loss = loss + 0.5 * value_loss
+            stats["value_loss"] = float(value_loss.detach())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite policy loss ({float(loss)}) at a minibatch of "
+                f"{len(chosen)} attempts; the last good checkpoint is kept"
+            )
+        self.optimizer.zero_grad()
+        loss.backward()
+        trainable = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, algo.max_grad_norm)
+        self.optimizer.step()
+        stats["loss"] = float(loss.detach())
+        stats["grad_norm"] = float(grad_norm)
+        return stats
 
     @staticmethod
     def _log_probs(policy: TokenPolicy, obs: dict[str, torch.Tensor],
@@ -412,7 +455,13 @@ class GroupTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except ValueError as error:  # Adam's state covers another set of parameters
+            raise ValueError(
+                f"the checkpoint's optimizer does not fit this run ({error}); resume with the "
+                f"algo.freeze_encoder the run started with (now {self.freeze_encoder})"
+            ) from error
 
 
 # ------------------------------------------------------------------------------- the loop
@@ -488,7 +537,9 @@ def _initial_policy(cfg, observation_space) -> tuple[TokenPolicy, dict[str, Any]
 
         return cloned_start_policy(
             cfg.task.name, cfg.task.env_options(), cfg.policy.token_policy_config(),
-            algo.bc_demos, algo.bc_epochs, cfg.task.difficulty, seed=cfg.seed,
+            algo.bc_demos, algo.bc_epochs,
+            cfg.task.difficulty if algo.bc_difficulty is None else algo.bc_difficulty,
+            seed=cfg.seed,
             progress=cfg.logger.progress_bar,
             state_pretrain_episodes=algo.state_pretrain_episodes,
             state_pretrain_epochs=algo.state_pretrain_epochs,
@@ -592,7 +643,12 @@ def train(cfg, run) -> dict[str, Any]:
     next_eval = env_steps + cfg.eval.every_steps if cfg.eval.every_steps else None
     last_checkpoint = env_steps
     limit_s = cfg.max_minutes * 60 if cfg.max_minutes else None
-    bar = tqdm(total=algo.iterations, initial=iteration, desc=f"{algo.name} {cfg.task.name}",
+    # With a time budget the bar counts its seconds (the iteration cap is often far away, as in
+    # the main job); otherwise it counts iterations.
+    by_time = limit_s is not None
+    bar = tqdm(total=int(limit_s) if by_time else algo.iterations,
+               initial=min(int(run.elapsed()), int(limit_s)) if by_time else iteration,
+               unit="s" if by_time else "it", desc=f"{algo.name} {cfg.task.name}",
                disable=not cfg.logger.progress_bar, dynamic_ncols=True)
     start_counter = iteration * attempts_per_iteration * MAX_RESAMPLE_ROUNDS
     try:
@@ -675,8 +731,8 @@ def train(cfg, run) -> dict[str, Any]:
             if env_steps - last_checkpoint >= cfg.checkpoint_every_steps:
                 save("latest")
                 last_checkpoint = env_steps
-            bar.update(1)
-            bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
+            bar.update(min(int(run.elapsed()), int(limit_s)) - bar.n if by_time else 1)
+            bar.set_postfix(iteration=iteration, success=f"{metrics['rollout/success_rate']:.2f}",
                             signal=f"{metrics['rollout/signal_fraction']:.2f}")
         save("latest")
     finally:

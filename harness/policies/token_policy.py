@@ -376,13 +376,23 @@ class TinyVLA(TokenPolicy):
             nn.ReLU(),
         )
 
-    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``pixels`` (+ instruction, proprio) -> ``(B, hidden)``."""
-        pixels = obs["pixels"]
+    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 ``pixels`` ``(B, H, W, 3)`` -> image features ``(B, D)`` (keypoints or grid)."""
         if pixels.dtype != torch.uint8:
             raise TypeError(f"pixels must be uint8 (B, H, W, 3), got {pixels.dtype}")
         image = pixels.permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W) in [0, 1]
-        parts = [self.image_encoder(image)]
+        return self.image_encoder(image)
+
+    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``pixels`` (+ instruction, proprio) -> ``(B, hidden)``.
+
+        An ``image_features`` entry (from :meth:`encode_image`) is used instead of ``pixels``
+        when present: a frozen encoder's output can be computed once and reused.
+        """
+        if "image_features" in obs:
+            parts = [obs["image_features"]]
+        else:
+            parts = [self.encode_image(obs["pixels"])]
         if self.use_instruction:
             parts.append(self.instruction_encoder(obs["instruction"]))
         if self.use_proprio:
