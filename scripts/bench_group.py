@@ -3,7 +3,8 @@
 Prints and writes JSON:
 - attempts/s and env steps/s of group rollouts with 1 and 2 worker processes (their ratio is
   the scaling), the same jobs restored from the same snapshots;
-- policy-update tokens/s (one epoch of GRPO minibatch updates on those rollouts);
+- policy-update tokens/s (one epoch of GRPO minibatch updates on those rollouts), with the
+  whole network trained and with the image encoder frozen (``algo.freeze_encoder``);
 - the share of an iteration spent rendering, stepping physics, running the policy and updating.
   Rendering is separated from physics by rolling the same jobs out once more with state
   observations (no camera): rendering = pixel env time - state env time.
@@ -100,6 +101,18 @@ def main(argv: list[str] | None = None) -> dict:
     results["update"] = {"seconds": update_s, "tokens_per_s": tokens / update_s,
                          "tokens": tokens}
     print(f"  update (1 epoch, incl. old/reference log-probs): {tokens / update_s:7.0f} tokens/s")
+    # The same update with the image encoder frozen (algo.freeze_encoder, the main job's
+    # setting): each frame is encoded once and the epochs reuse the features.
+    frozen_config = harness_config.compose([*overrides, "algo.freeze_encoder=true"])
+    frozen = GroupTrainer(frozen_config, policy)
+    frozen.max_tokens = trainer.max_tokens
+    start = time.perf_counter()
+    frozen.update(rollout, rewards, keep)
+    frozen_s = time.perf_counter() - start
+    results["update_frozen_encoder"] = {"seconds": frozen_s, "tokens_per_s": tokens / frozen_s,
+                                        "speedup": update_s / frozen_s}
+    print(f"  update with the encoder frozen: {tokens / frozen_s:7.0f} tokens/s "
+          f"({update_s / frozen_s:.1f}x)")
 
     total = one["env_s"] + one["policy_s"] + update_s
     shares = {"rendering": rendering / total, "physics_and_env": physics / total,
