@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
         "checkpoint": None if args.checkpoint is None else str(args.checkpoint),
         "cnn_images_per_second": {},
     }
+    views = detector.model.architecture.views  # a multi-view frame counts as one image
     for batch_size in args.batch_sizes:
-        views = detector.model.architecture.views  # a multi-view frame counts as one image
         pixels = rng.integers(0, 256, (batch_size, size, views * size, 3), dtype=np.uint8)
         rate = images_per_second(detector, {"pixels": pixels}, args.seconds)
         results["cnn_images_per_second"][str(batch_size)] = round(rate, 1)

@@ -259,8 +259,9 @@ class CollectConfig:
     @property
     def frame_shape(self) -> tuple[int, int, int]:
         """Shape of one stored frame: the views side by side."""
-        views = len(self.camera.split("+"))
-        return (self.image_size, views * self.image_size, 3)
+        from tasks.base import camera_views
+
+        return (self.image_size, len(camera_views(self.camera)) * self.image_size, 3)
 
     def __post_init__(self) -> None:
         import tasks
@@ -454,11 +455,12 @@ def _collect_chunk(config: CollectConfig, episodes: list[int]) -> FrameSet:
     import torch
 
     import tasks
+    from tasks.base import camera_views
 
     torch.set_num_threads(1)  # workers share the machine: one thread each
     # The env's own camera only matters for its observations (state here); frames come from
     # render_camera(config.camera), which also takes several views joined by "+".
-    env = tasks.make(config.task, obs_mode="state", camera=config.camera.split("+")[0],
+    env = tasks.make(config.task, obs_mode="state", camera=camera_views(config.camera)[0],
                      image_size=config.image_size, terminate_on_success=False)
     try:
         parts = [collect_episode(env, episode, config) for episode in episodes]

@@ -116,6 +116,8 @@ class VerifierWrapper(gym.Wrapper):
         if terminate_on_detection and when != "every_step":
             raise ValueError("terminate_on_detection=True needs when='every_step' "
                              "(with when='final' the episode has already ended)")
+        from tasks.base import camera_views  # the env is a task env: tasks is loaded
+
         base = env.unwrapped
         task = base.task.name
         if detector.task is not None and detector.task != task:
@@ -126,7 +128,7 @@ class VerifierWrapper(gym.Wrapper):
             raise ValueError(f"detector reads camera {detector.camera!r}; camera={self.camera!r} "
                              "was asked for")
         if "pixels" in detector.requires and \
-                not set(self.camera.split("+")) <= set(base.camera_names):
+                not set(camera_views(self.camera)) <= set(base.camera_names):
             raise ValueError(f"camera={self.camera!r} is not in this env; it has "
                              f"{list(base.camera_names)}")
         if detector.task is not None and base.config.terminate_on_success:

@@ -186,6 +186,15 @@ class Task:
         raise NotImplementedError
 
 
+def camera_views(camera: str) -> tuple[str, ...]:
+    """The cameras a camera name stands for: ``"front+side"`` -> ``("front", "side")``.
+
+    Several cameras joined by ``+`` are rendered side by side
+    (:meth:`ManipulationEnv.render_camera`) for multi-view success detectors.
+    """
+    return tuple(camera.split("+"))
+
+
 class ManipulationEnv(gym.Env):
     """A tabletop manipulation task behind the Gymnasium API.
 
@@ -438,7 +447,7 @@ class ManipulationEnv(gym.Env):
         square frames are rendered at the same instant and returned side by side, left to right,
         as one ``(size, n * size, 3)`` image (a multi-view detector's input).
         """
-        views = camera.split("+")
+        views = camera_views(camera)
         unknown = [view for view in views if view not in self.camera_names]
         if unknown:
             raise ValueError(f"camera={camera!r}: {unknown} not among {self.camera_names} "

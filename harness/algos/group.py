@@ -321,8 +321,8 @@ class GroupTrainer:
                     f"(policy=tiny_vla); {type(policy).__name__} has none")
             for parameter in policy.image_encoder.parameters():
                 parameter.requires_grad_(False)
-        trainable = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(trainable, lr=algo.learning_rate)
+        self._trainable = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self._trainable, lr=algo.learning_rate)
         self.max_tokens = None  # set from the env's episode limit by train()
 
     def update(self, rollout: RolloutBatch, rewards: np.ndarray,
@@ -432,8 +432,7 @@ class GroupTrainer:
             )
         self.optimizer.zero_grad()
         loss.backward()
-        trainable = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, algo.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable, algo.max_grad_norm)
         self.optimizer.step()
         stats["loss"] = float(loss.detach())
         stats["grad_norm"] = float(grad_norm)
