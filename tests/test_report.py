@@ -262,16 +262,21 @@ def test_report_script_prints_the_report_and_fails_cleanly(ablation, tmp_path, m
 
 
 # ---------------------------------------------------------------------- the ablation itself
-@pytest.mark.parametrize("experiment", ["curriculum_ablation", "curriculum_ablation_easy_bc"])
+@pytest.mark.parametrize(("experiment", "task", "bc_difficulty"), [
+    ("curriculum_ablation", "reach", 0.0),
+    ("curriculum_ablation_push", "push", None),
+    ("curriculum_ablation_push_easy_bc", "push", 0.0),
+])
 @pytest.mark.parametrize("curriculum", ["fixed", "uniform", "linear", "success_band"])
-def test_curriculum_ablation_composes_for_every_curriculum(experiment, curriculum):
+def test_curriculum_ablation_composes_for_every_curriculum(experiment, task, bc_difficulty,
+                                                           curriculum):
     config = harness_config.compose([f"+experiment={experiment}", f"curriculum={curriculum}"])
     assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
-        "grpo", "push", "state", "mlp")
+        "grpo", task, "state", "mlp")
     assert config.task.difficulty == 1.0 and config.curriculum.name == curriculum
     assert config.max_minutes is not None and config.total_timesteps < 1_000_000
-    # the easy-start variant clones on difficulty 0 and still trains and evaluates at 1.0
-    assert config.algo.bc_difficulty == (0.0 if experiment.endswith("easy_bc") else None)
+    # the easy-start variants clone on difficulty 0 and still train and evaluate at 1.0
+    assert config.algo.bc_difficulty == bc_difficulty
 
 
 def test_report_of_a_real_two_job_multirun(tmp_path):
