@@ -1,7 +1,7 @@
 """Inference throughput of success detectors on one CPU core, and a trained one's error rates
 under a policy.
 
-usage: python scripts/bench_detectors.py [--checkpoint outputs/detectors/push_front.pt]
+usage: python scripts/bench_detectors.py [--checkpoint "outputs/detectors/push_goal+goal_side.pt"]
                                          [--batch-sizes 1 32 256] [--seconds 3] [--threads 1]
                                          [--audit-episodes 30] [--out outputs/bench_detectors.json]
 

@@ -40,6 +40,15 @@ def main(cfg: DictConfig) -> None:
     (tn, fp), (fn, tp) = m["confusion_matrix"]
     console.print(f"confusion: tn={tn} fp={fp} fn={fn} tp={tp}; "
                   f"near-miss false-positive rate {m.get('near_miss_false_positive_rate', 'n/a')}")
+    if m.get("errors_by_margin"):
+        bins = Table(title="test errors by distance to the success boundary")
+        for column in ("|margin| (cm)", "frames", "errors", "false pos.", "false neg."):
+            bins.add_column(column, justify="right")
+        for row in m["errors_by_margin"]:
+            upper = "" if row["to_cm"] is None else f"{row['to_cm']:g}"
+            bins.add_row(f"{row['from_cm']:g}-{upper}", *(str(row[k]) for k in (
+                "frames", "errors", "false_positives", "false_negatives")))
+        console.print(bins)
     if not m["training"]["val_reached_target"]:
         target = m["training"]["target_precision"]
         console.print(f"[bold red]no threshold reached precision {target} on the validation "

@@ -42,7 +42,7 @@ class RandomizationConfig:
         damping: Scale of joint damping (fingers, drawer).
         light: Scale of the lights' diffuse intensity.
         colour_jitter: Uniform noise added to object colours.
-        camera_jitter: Uniform noise added to fixed cameras' positions.
+        camera_jitter: Uniform noise added to the positions of the cameras not on the gripper.
     """
 
     enabled: bool = False
@@ -69,8 +69,9 @@ class TaskConfig:
 
     Attributes:
         obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
-        camera: Camera for pixel observations: ``"front"``, ``"side"``, ``"overhead"`` or
-            ``"wrist"``.
+        camera: Camera for pixel observations: ``"front"``, ``"side"``, ``"overhead"``,
+            ``"wrist"``, or ``"goal"`` / ``"goal_side"`` (ride on the goal marker; tasks with
+            one only).
         image_size: Side of the square pixel observation.
         render_quality: ``"fast"`` (learning cameras) or ``"high"`` (shadows, anti-aliasing).
         render_size: ``(height, width)`` of ``render()`` frames for videos.
@@ -304,7 +305,10 @@ class ManipulationEnv(gym.Env):
              and m.body_parentid[b] != self.gripper_body], dtype=int,
         )
         self._object_geoms = np.flatnonzero(np.isin(m.geom_bodyid, self._object_bodies))
-        self._fixed_cameras = np.flatnonzero(m.cam_bodyid == 0)
+        # Cameras that do not ride on the robot: on the world body or on a goal's mocap body.
+        self._fixed_cameras = np.flatnonzero(
+            (m.cam_bodyid == 0) | (m.body_mocapid[m.cam_bodyid] >= 0)
+        )
 
     def _structure_signature(self) -> str:
         m = self.model

@@ -202,14 +202,32 @@ def add_cube(spec: mujoco.MjSpec, name: str, colour: str, parked_x: float,
     )
 
 
+# Cameras riding on a goal marker, relative to it: (name suffix, position, field of view). Both
+# frame about 16 x 16 cm around the goal, so 84 pixels span it at ~2 mm each.
+GOAL_CAMERAS = (
+    ("", (0.0, -0.12, 0.40), 22),     # 73 degrees up, from the front
+    ("_side", (0.20, 0.0, 0.17), 34),  # 40 degrees up, from the right: under the gripper's palm
+)
+
+
 def add_marker(spec: mujoco.MjSpec, name: str, colour: str, radius: float = 0.025) -> None:
-    """A visual-only goal marker on a mocap body, so moving it changes no model parameter."""
+    """A visual-only goal marker on a mocap body, so moving it changes no model parameter.
+
+    The body also carries a camera of the same name that moves with the goal and frames the
+    region around it, as a real reward camera is mounted over the place where success happens
+    (success classifiers such as HIL-SERL's read a crop around that region). At 84 x 84 it
+    resolves the cube's distance to the goal about four times finer than ``front``.
+    """
     body = spec.worldbody.add_body(name=name, mocap=True, pos=[0, 0, 0.001])
     rgba = list(COLOURS[colour][:3]) + [0.55]
     body.add_geom(
         name=name, type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[radius, 0, 0], rgba=rgba,
         contype=0, conaffinity=0,
     )
+    for suffix, pos, fovy in GOAL_CAMERAS:
+        body.add_camera(
+            name=name + suffix, pos=list(pos), quat=lookat_quat(pos, [0, 0, 0]), fovy=fovy,
+        )
 
 
 DRAWER_TRAVEL = 0.15

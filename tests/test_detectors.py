@@ -45,6 +45,7 @@ from success_detectors.training import (
     TrainConfig,
     TrainDetectorConfig,
     binary_metrics,
+    errors_by_margin,
     expected_calibration_error,
     roc_auc,
     select_threshold,
@@ -76,6 +77,21 @@ def test_roc_auc_gives_ties_half_credit_and_ece_zero_when_calibrated():
     assert np.isnan(roc_auc(np.array([1, 1], bool), np.array([0.2, 0.3])))
     labels = np.array([1, 0, 0, 0] * 5, bool)
     assert expected_calibration_error(labels, np.full(20, 0.25)) == pytest.approx(0.0)
+
+
+def test_errors_by_margin_by_hand():
+    # margins in metres (negative inside success); threshold 0.5
+    labels = np.array([True, False, True, False, False, True])
+    probs = np.array([0.9, 0.6, 0.2, 0.1, 0.7, 0.8])
+    margins = np.array([-0.001, 0.002, -0.004, 0.03, 0.08, np.nan])
+    rows = errors_by_margin(labels, probs, margins, threshold=0.5)
+    by_bin = {(r["from_cm"], r["to_cm"]): r for r in rows}
+    assert by_bin[(0.0, 0.25)] == {"from_cm": 0.0, "to_cm": 0.25, "frames": 2, "errors": 1,
+                                   "false_positives": 1, "false_negatives": 0}
+    assert by_bin[(0.25, 0.5)]["false_negatives"] == 1        # 0.4 cm inside, rejected
+    assert by_bin[(2.0, 5.0)]["errors"] == 0                  # 3 cm out, rejected
+    assert by_bin[(5.0, None)]["false_positives"] == 1        # 8 cm out, accepted
+    assert sum(r["frames"] for r in rows) == 5                # the NaN margin is left out
 
 
 def test_select_threshold_by_hand():

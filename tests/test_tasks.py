@@ -327,3 +327,32 @@ def test_physics_divergence_truncates_with_physics_error():
     assert np.all(np.isfinite(obs["state"]))
     env.reset(seed=1)  # the env is usable again after a reset
     env.step(np.zeros(4))
+
+
+def _green_centroid(image: np.ndarray) -> np.ndarray:
+    pixels = image.astype(int)
+    green = (pixels[..., 1] > pixels[..., 0] + 40) & (pixels[..., 1] > pixels[..., 2] + 40)
+    assert green.sum() > 5, "the green goal marker is not in view"
+    rows, cols = np.nonzero(green)
+    return np.array([rows.mean(), cols.mean()])
+
+
+@pytest.mark.parametrize("name", ["push", "pick_place", "reach"])
+def test_goal_camera_follows_the_goal(name):
+    """The ``goal`` cameras ride on the goal's mocap body: the marker stays in the middle of
+    their images wherever the goal is placed, while it moves across the fixed ``front`` view."""
+    env = tasks.make(name)
+    front, centred = [], []
+    for seed in range(3):
+        env.reset(seed=seed, options={"difficulty": 1.0})
+        front.append(_green_centroid(env.render_camera("front", 84)))
+        centred.append([_green_centroid(env.render_camera(c, 84)) for c in ("goal", "goal_side")])
+    middle = np.array([41.5, 41.5])
+    assert all(np.abs(c - middle).max() < 6 for views in centred for c in views), centred
+    assert max(np.abs(f - front[0]).max() for f in front[1:]) > 4, front
+
+
+def test_goal_camera_is_only_in_tasks_with_a_goal_marker():
+    with pytest.raises(ValueError, match="camera='goal'"):
+        tasks.make("drawer_open", camera="goal")
+    assert {"goal", "goal_side"} <= set(tasks.make("push", camera="goal_side").camera_names)
