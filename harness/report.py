@@ -302,7 +302,7 @@ def scan_runs(multirun_dir: str | Path,
         raise ReportError(f"{root} is not a folder; pass the multirun folder of a sweep "
                           "(multirun/<date>/<time>) or a run folder")
     folders = set()
-    for path in root.rglob("*"):
+    for path in _files_below(root):
         if path.name in ("summary.json", "metrics.csv"):
             folders.add(path.parent)
         elif path.name == "overrides.yaml" and path.parent.name == ".hydra":
@@ -314,6 +314,24 @@ def scan_runs(multirun_dir: str | Path,
         (runs if isinstance(record, RunRecord) else skipped).append(record)
     _assign_arms(runs)
     return runs, skipped
+
+
+def _files_below(root: Path):
+    """Every file below ``root``, following links to folders (each real folder once), so that a
+    folder of links to several sweeps (``ln -s ../sweep_a a``) reports them as one."""
+    seen: set[Path] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        real = folder.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        for entry in sorted(folder.iterdir()):
+            if entry.is_dir():
+                stack.append(entry)
+            else:
+                yield entry
 
 
 def load_runs(multirun_dir: str | Path, metric: str = "success_rate") -> list[RunRecord]:
@@ -749,9 +767,14 @@ def _runs_section(runs: list[RunRecord], metric: str) -> list[str]:
         interval = run.summary.get(f"{metric.removesuffix('_rate')}_interval")
         signal, _ = informative_fraction(run)
         reached = first_step_reaching(held_out_curve(run, metric), THRESHOLDS[0])
-        number = run.job.split("_", 1)[0]
+        job = Path(run.job)
+        number = job.name.split("_", 1)[0]
+        if number.isdigit() and job.parent != Path("."):
+            number = f"{job.parent.as_posix()}/{number}"  # one of several pooled sweeps
+        elif not number.isdigit():
+            number = run.job
         rows.append([
-            f"`{number if number.isdigit() else run.job}`", run.arm, run.seed, run.algo,
+            f"`{number}`", run.arm, run.seed, run.algo,
             run.task, _num(float(run.summary[metric])),
             f"[{_num(interval[0])}, {_num(interval[1])}]" if interval else "n/a",
             f"{run.env_steps:,}", run.summary.get("iterations", ""),
@@ -763,7 +786,8 @@ def _runs_section(runs: list[RunRecord], metric: str) -> list[str]:
         _table(["job", "arm", "seed", "algo", "task", metric, "95% Wilson", "env steps",
                 "iterations", "wall-clock s", "informative groups", "held-out steps to 50%"],
                rows), "",
-        "job: the run's folder is the one starting with that number (Hydra's job number).", "",
+        "job: the run's folder is the one starting with that number (Hydra's job number), "
+        "below the named subfolder when sweeps are pooled.", "",
     ]
 
 

@@ -183,6 +183,29 @@ def test_report_of_fake_ablation_shows_hand_computed_numbers(ablation):
         assert (ablation / "plots" / f"{png}.png").stat().st_size > 10_000
 
 
+def test_sweeps_pooled_through_links_report_as_one(ablation, tmp_path):
+    """More seeds run later in a second sweep: a folder of links to both reports them together."""
+    later = tmp_path / "later"
+    for job, ((curriculum, seed), run) in enumerate(ABLATION.items()):
+        write_run(later / f"{job}_curriculum={curriculum},seed={seed + 2}", seed=seed + 2,
+                  overrides=["+experiment=x", f"curriculum={curriculum}", f"seed={seed + 2}"],
+                  **run)
+    pooled = tmp_path / "pooled"
+    pooled.mkdir()
+    (pooled / "first").symlink_to(ablation)
+    (pooled / "later").symlink_to(later)
+    (pooled / "later" / "loop").symlink_to(pooled)  # a cycle is walked once, not forever
+    runs = load_runs(pooled)
+    assert sorted((r.arm, r.seed) for r in runs) == sorted(
+        (f"curriculum={c}", s) for c in ("fixed", "success_band") for s in range(4))
+    text = build_report(pooled, tmp_path / "out", reps=REPS).read_text()
+    # each arm's finals twice over: fixed 0.1, 0.3, 0.1, 0.3 -> IQM 0.2; success_band 0.6
+    assert rows_of(section(text, "Final held-out"), "curriculum=fixed")[0][1:3] == ["4", "0.200"]
+    assert rows_of(section(text, "Final held-out"), "curriculum=success_band")[0][1:3] == [
+        "4", "0.600"]
+    assert "| `later/0` | curriculum=fixed | 2 |" in section(text, "Runs")
+
+
 def test_report_iqm_of_four_seeds(tmp_path):
     for seed, final in enumerate([0.9, 0.1, 0.5, 0.3]):
         write_run(tmp_path / f"{seed}_seed={seed}", overrides=[f"seed={seed}"], seed=seed,
