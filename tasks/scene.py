@@ -213,10 +213,11 @@ GOAL_CAMERAS = (
 def add_marker(spec: mujoco.MjSpec, name: str, colour: str, radius: float = 0.025) -> None:
     """A visual-only goal marker on a mocap body, so moving it changes no model parameter.
 
-    The body also carries a camera of the same name that moves with the goal and frames the
-    region around it, as a real reward camera is mounted over the place where success happens
-    (success classifiers such as HIL-SERL's read a crop around that region). At 84 x 84 it
-    resolves the cube's distance to the goal about four times finer than ``front``.
+    The body also carries the cameras of ``GOAL_CAMERAS``, named after it (``goal``,
+    ``goal_side``): they move with the goal and frame the region around it, as a real reward
+    camera is mounted over the place where success happens (success classifiers such as
+    HIL-SERL's read a crop around that region). At 84 x 84 they resolve the cube's distance to
+    the goal about four times finer than ``front``.
     """
     body = spec.worldbody.add_body(name=name, mocap=True, pos=[0, 0, 0.001])
     rgba = list(COLOURS[colour][:3]) + [0.55]
