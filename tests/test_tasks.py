@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -356,3 +358,19 @@ def test_goal_camera_is_only_in_tasks_with_a_goal_marker():
     with pytest.raises(ValueError, match="camera='goal'"):
         tasks.make("drawer_open", camera="goal")
     assert {"goal", "goal_side"} <= set(tasks.make("push", camera="goal_side").camera_names)
+
+
+def test_camera_views_script_renders_every_camera(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "camera_views.py"
+    spec = importlib.util.spec_from_file_location("camera_views", path)
+    camera_views = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(camera_views)
+    image, names = camera_views.camera_grid("push", 32, seed=0, difficulty=1.0, moments=[0, 5])
+    assert names == ("front", "side", "overhead", "wrist", "goal", "goal_side")
+    assert image.shape == (2 * 32, 6 * 32, 3) and image.dtype == np.uint8
+    assert not np.array_equal(image[:32], image[32:])  # the expert moved in between
+    with pytest.raises(ValueError, match="moments=.*increasing"):
+        camera_views.camera_grid("push", 32, seed=0, difficulty=1.0, moments=[5, 0])
+    out = camera_views.main(["--task", "reach", "--size", "24", "--moments", "0",
+                             "--out", str(tmp_path / "views.png")])
+    assert out.exists()

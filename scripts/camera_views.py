@@ -1,0 +1,64 @@
+"""What every camera of a task sees: one PNG row per moment of a scripted-expert episode.
+
+usage: python scripts/camera_views.py [--task push] [--size 168] [--seed 0] [--difficulty 1.0]
+                                      [--moments 0 20 40] [--out outputs/camera_views_push.png]
+
+Columns are the task's cameras in model order (``front``, ``side``, ``overhead``, ``wrist``, and
+``goal``, ``goal_side`` in tasks with a goal marker), rendered as the learning pipeline renders
+them (no shadows); rows are the expert's state after each of ``--moments`` control steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+import tasks
+
+
+def camera_grid(task: str, size: int, seed: int, difficulty: float,
+                moments: list[int]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The ``(rows * size, cameras * size, 3)`` image and the camera names of its columns."""
+    if any(m < 0 for m in moments) or moments != sorted(moments):
+        raise ValueError(f"moments={moments}; expected increasing step counts >= 0")
+    env = tasks.make(task)
+    base = env.unwrapped
+    expert = tasks.ScriptedExpert(env)
+    env.reset(seed=seed, options={"difficulty": difficulty})
+    rows, step = [], 0
+    for moment in moments:
+        while step < moment:  # the expert holds still once the episode has ended
+            _, _, terminated, truncated, _ = env.step(expert())
+            step += 1
+            if terminated or truncated:
+                step = moment
+        rows.append(np.concatenate(
+            [base.render_camera(name, size) for name in base.camera_names], axis=1))
+    env.close()
+    return np.concatenate(rows, axis=0), base.camera_names
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="push", choices=sorted(tasks.TASKS))
+    parser.add_argument("--size", type=int, default=168)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--difficulty", type=float, default=1.0)
+    parser.add_argument("--moments", type=int, nargs="+", default=[0, 20, 40])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    image, names = camera_grid(args.task, args.size, args.seed, args.difficulty, args.moments)
+    out = args.out or Path(f"outputs/camera_views_{args.task}.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    import imageio.v3 as iio
+
+    iio.imwrite(out, image)
+    print(f"wrote {out}: columns {', '.join(names)}; rows after steps {args.moments}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
