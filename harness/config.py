@@ -426,6 +426,7 @@ class SuccessBandCurriculumConfig(CurriculumConfig):
     initial_frontier: int = 0
     prior: float = 1.0
     decay: float = 0.98
+    signal: str = "bernoulli"
 
 
 # ------------------------------------------------------------------------ logger, eval, ...

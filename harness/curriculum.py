@@ -102,7 +102,9 @@ class SuccessTable:
     Each bin holds a Beta(prior + s, prior + f) posterior whose counts s, f are discounted: before
     n new outcomes are added, both are multiplied by ``decay**n``, so the estimate follows roughly
     the last ``1 / (1 - decay)`` outcomes as the policy improves (``decay=1`` keeps plain counts).
-    The estimate is the posterior mean, so an unseen bin reads 0.5.
+    The estimate is the posterior mean, so an unseen bin reads 0.5. Each bin also keeps discounted
+    counts of groups (updates of two or more outcomes) and of informative ones (outcomes not all
+    equal), discounted alike: the observed signal, which ``success_band`` can weigh bins by.
 
     Args:
         num_bins: Number of bins, at least 1.
@@ -126,6 +128,8 @@ class SuccessTable:
         self.successes = np.zeros(self.num_bins)
         self.failures = np.zeros(self.num_bins)
         self.samples = np.zeros(self.num_bins, dtype=np.int64)
+        self.groups = np.zeros(self.num_bins)
+        self.informative = np.zeros(self.num_bins)
 
     def bin_of(self, difficulty: float) -> int:
         """Index of the bin holding ``difficulty`` (in [0, 1])."""
@@ -141,6 +145,11 @@ class SuccessTable:
         self.successes[index] = self.successes[index] * discount + outcomes.sum()
         self.failures[index] = self.failures[index] * discount + (1.0 - outcomes).sum()
         self.samples[index] += len(outcomes)
+        self.groups[index] *= discount
+        self.informative[index] *= discount
+        if len(outcomes) >= 2:
+            self.groups[index] += 1.0
+            self.informative[index] += float(outcomes.min() != outcomes.max())
 
     def estimate(self) -> np.ndarray:
         """Posterior-mean success probability of every bin, shape (num_bins,)."""
@@ -152,10 +161,13 @@ class SuccessTable:
             "successes": self.successes.tolist(),
             "failures": self.failures.tolist(),
             "samples": self.samples.tolist(),
+            "groups": self.groups.tolist(),
+            "informative": self.informative.tolist(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counts written by ``state_dict``."""
+        """Restore counts written by ``state_dict`` (group counts start at zero for states
+        written before they were kept)."""
         if len(state["samples"]) != self.num_bins:
             raise ValueError(
                 f"state has {len(state['samples'])} bins, this table has {self.num_bins}"
@@ -163,6 +175,10 @@ class SuccessTable:
         self.successes = np.asarray(state["successes"], dtype=np.float64)
         self.failures = np.asarray(state["failures"], dtype=np.float64)
         self.samples = np.asarray(state["samples"], dtype=np.int64)
+        self.groups = np.asarray(state.get("groups", np.zeros(self.num_bins)), dtype=np.float64)
+        self.informative = np.asarray(
+            state.get("informative", np.zeros(self.num_bins)), dtype=np.float64
+        )
 
 
 class Curriculum(ABC):
@@ -405,12 +421,20 @@ class LinearCurriculum(Curriculum):
         return self.sample()
 
 
+SIGNAL_WEIGHTS = ("bernoulli", "observed")
+
+
 class SuccessBandCurriculum(Curriculum):
     """Sample where groups carry signal; widen the frontier when its edge gets easy.
 
     Bins ``0..frontier_bin`` are unlocked. Each unlocked bin with estimated success p (see
     ``SuccessTable``: discounted Beta counts, unseen bins read 0.5) gets weight
-    ``signal_probability(p, group_size)``. If some unlocked bins lie in the band [low, high],
+    ``signal_probability(p, group_size)`` (``signal="bernoulli"``, the default). That formula
+    treats a group's attempts as independent draws at the bin's mean success; when start states
+    differ (some nearly always solved, some nearly never) a bin's groups split far less often
+    than it says. ``signal="observed"`` weighs by the bin's observed fraction of informative
+    groups instead, shrunk towards the formula with a pseudo-count of ``prior`` groups:
+    ``(informative + prior * formula) / (groups + prior)``. If some unlocked bins lie in the band [low, high],
     sampling picks among them in proportion to weight with probability ``1 - explore``, and
     uniformly among the other unlocked bins with probability ``explore``; if none do, all unlocked
     bins are candidates. The difficulty is uniform within the chosen bin.
@@ -425,6 +449,7 @@ class SuccessBandCurriculum(Curriculum):
         high: Upper edge of the success band, in [0, 1], above ``low``.
         group_size: Attempts per group G used in the signal weight, at least 2.
         explore: Share of samples spread over unlocked bins outside the band, in [0, 1].
+        signal: ``"bernoulli"`` or ``"observed"``: what a bin's weight estimates (see above).
         min_obs: Outcomes needed at the hardest unlocked bin before the frontier moves.
         initial_frontier: Index of the hardest bin unlocked at the start.
         prior: Beta prior pseudo-count, > 0.
@@ -447,11 +472,15 @@ class SuccessBandCurriculum(Curriculum):
         initial_frontier: int = 0,
         prior: float = 1.0,
         decay: float = 0.98,
+        signal: str = "bernoulli",
         *,
         seed: Seed = 0,
         adr_key: str | None = None,
     ) -> None:
         super().__init__(seed=seed, num_bins=num_bins, prior=prior, decay=decay, adr_key=adr_key)
+        if signal not in SIGNAL_WEIGHTS:
+            raise ValueError(f"signal must be one of {SIGNAL_WEIGHTS}, got {signal!r}")
+        self.signal = signal
         self.low = _check_unit("low", low)
         self.high = _check_unit("high", high)
         if self.low >= self.high:
@@ -476,6 +505,10 @@ class SuccessBandCurriculum(Curriculum):
         unlocked = self.frontier_bin + 1
         p = self.table.estimate()[:unlocked]
         weight = np.asarray(signal_probability(p, self.group_size))
+        if self.signal == "observed":
+            prior = self.table.prior
+            weight = (self.table.informative[:unlocked] + prior * weight) / (
+                self.table.groups[:unlocked] + prior)
         in_band = (p >= self.low) & (p <= self.high)
         candidates = in_band if in_band.any() else np.ones(unlocked, dtype=bool)
         others = ~candidates if (~candidates).any() else candidates

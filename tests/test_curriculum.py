@@ -12,6 +12,7 @@ import pytest
 from harness import curriculum
 from harness.curriculum import (
     SuccessBandCurriculum,
+    SuccessTable,
     make,
     no_signal_probability,
     signal_probability,
@@ -128,6 +129,42 @@ def test_state_dict_round_trip_continues_identically():
     assert cur.metrics() == resumed.metrics()
 
 
+def test_success_table_counts_groups_and_informative_ones_with_the_same_discount():
+    table = SuccessTable(num_bins=2, decay=0.5)
+    table.record(0, np.array([1.0, 0.0]))        # informative group
+    table.record(0, np.array([1.0, 1.0]))        # old counts x 0.5**2, one all-equal group
+    table.record(0, np.array([1.0]))             # a single outcome is no group: x 0.5
+    assert table.groups[0] == pytest.approx((1 * 0.25 + 1) * 0.5)
+    assert table.informative[0] == pytest.approx(1 * 0.25 * 0.5)
+    assert table.successes[0] == pytest.approx(((1 * 0.25) + 2) * 0.5 + 1)
+    assert table.groups[1] == table.informative[1] == 0.0
+
+
+def test_observed_signal_prefers_bins_whose_groups_split():
+    """Two bins at p = 0.5: in bin 0 every start state is all-or-nothing (groups never split), in
+    bin 1 every group splits. The Bernoulli weight cannot tell them apart; the observed one can,
+    as (informative + prior * formula) / (groups + prior)."""
+    curricula = {signal: make("success_band", initial_frontier=1, explore=0.0, signal=signal,
+                              decay=1.0) for signal in ("bernoulli", "observed")}
+    for cur in curricula.values():
+        for _ in range(10):
+            cur.update(0.05, [1, 1, 1, 1])
+            cur.update(0.05, [0, 0, 0, 0])
+            cur.update(0.15, [1, 0, 1, 0])
+    assert curricula["bernoulli"].bin_probabilities()[:2] == pytest.approx([0.5, 0.5])
+    formula = signal_probability(0.5, 8)     # both bins estimate p = 41 / 82 = 21 / 42 = 0.5
+    weights = np.array([(0 + formula) / (20 + 1), (10 + formula) / (10 + 1)])
+    assert curricula["observed"].bin_probabilities()[:2] == pytest.approx(
+        weights / weights.sum())
+    # state written before group counts were kept still loads (counts start at zero)
+    state = curricula["observed"].state_dict()
+    for key in ("groups", "informative"):
+        del state["table"][key]
+    fresh = make("success_band", initial_frontier=1, signal="observed")
+    fresh.load_state_dict(state)
+    assert fresh.table.groups.sum() == 0.0 and fresh.table.samples[0] == 80
+
+
 # --- fixed, uniform, linear ------------------------------------------------------------------
 
 
@@ -214,6 +251,8 @@ def test_multi_task_update_needs_a_known_task():
         ("success_band", {"explore": 1.1}, r"explore must be in \[0, 1\], got 1.1"),
         ("success_band", {"initial_frontier": 10}, r"initial_frontier .* \[0, 9\], got 10"),
         ("success_band", {"decay": 0.0}, r"decay must be in \(0, 1\], got 0.0"),
+        ("success_band", {"signal": "entropy"},
+         r"signal must be one of \('bernoulli', 'observed'\), got 'entropy'"),
         ("success_band", {"tasks": []}, "tasks must be a non-empty list of distinct names"),
         ("success_band", {"tasks": ["a", "a"]}, r"distinct names, got \['a', 'a'\]"),
     ],
