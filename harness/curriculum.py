@@ -434,10 +434,13 @@ class SuccessBandCurriculum(Curriculum):
     differ (some nearly always solved, some nearly never) a bin's groups split far less often
     than it says. ``signal="observed"`` weighs by the bin's observed fraction of informative
     groups instead, shrunk towards the formula with a pseudo-count of ``prior`` groups:
-    ``(informative + prior * formula) / (groups + prior)``. If some unlocked bins lie in the band [low, high],
-    sampling picks among them in proportion to weight with probability ``1 - explore``, and
-    uniformly among the other unlocked bins with probability ``explore``; if none do, all unlocked
-    bins are candidates. The difficulty is uniform within the chosen bin.
+    ``(informative + prior * formula) / (groups + prior)``. If some unlocked bins lie in the band
+    [low, high], sampling picks among them in proportion to weight with probability
+    ``1 - explore``, and uniformly among the other unlocked bins with probability ``explore``; if
+    none do, all unlocked bins are candidates. The difficulty is uniform within the chosen bin.
+    (Group counts are discounted like the outcomes, so with the default ``decay`` a bin
+    remembers about 7 groups of 8: the observed weight is noisy, and on the reach ablation it
+    kept no more informative groups than the formula; docs/results.md.)
 
     After each update, once the hardest unlocked bin has ``min_obs`` outcomes since the frontier
     last moved, the next bin is unlocked if its estimate exceeds ``high`` and it is locked again if
