@@ -27,13 +27,12 @@ def camera_grid(task: str, size: int, seed: int, difficulty: float,
     base = env.unwrapped
     expert = tasks.ScriptedExpert(env)
     env.reset(seed=seed, options={"difficulty": difficulty})
-    rows, step = [], 0
+    rows, step, done = [], 0, False
     for moment in moments:
-        while step < moment:  # the expert holds still once the episode has ended
+        while step < moment and not done:  # after the episode ends, later rows repeat its end
             _, _, terminated, truncated, _ = env.step(expert())
             step += 1
-            if terminated or truncated:
-                step = moment
+            done = terminated or truncated
         rows.append(np.concatenate(
             [base.render_camera(name, size) for name in base.camera_names], axis=1))
     env.close()
