@@ -5,7 +5,7 @@ A run directory (Hydra's output dir) holds::
     config.yaml          the resolved TrainConfig
     metrics.csv          step,time_s,key,value rows (long format), appended and flushed per call
     tensorboard/         TensorBoard events of the same metrics
-    checkpoints/         latest.<ext> + latest.json, best.<ext> + best.json (atomic writes)
+    checkpoints/         latest.<ext> + latest.json, best.<ext> + best.json (crash-safe pairs)
     videos/              H.264 mp4 of evaluation episodes
     summary.json         final evaluation (success_rate, its 95% Wilson interval, ...), env steps,
                          wall-clock, fps, versions, git commit
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TrainFn = Callable[[TrainConfig, "Run"], dict[str, Any]]
 CHECKPOINT_FORMAT = 1
+PENDING = ".next"  # infix of a checkpoint pair being committed (see write_checkpoint)
 METRICS_HEADER = ("step", "time_s", "key", "value")
 VERSIONED_PACKAGES = (
     "vla-rl-harness", "numpy", "torch", "gymnasium", "mujoco", "stable-baselines3", "sb3-contrib",
@@ -159,7 +160,14 @@ def write_checkpoint(
     save: Callable[[BinaryIO], None],
     metadata: Mapping[str, Any],
 ) -> Path:
-    """Write ``<name><suffix>`` and its ``<name>.json`` metadata atomically, checkpoint first.
+    """Write ``<name><suffix>`` and its ``<name>.json`` metadata as one crash-safe pair.
+
+    The pair is committed through a journal, so that a kill at any instant leaves a pair that
+    :func:`resolve_checkpoint` reads whole (the old one or the new one, never a new file with old
+    metadata): both are first written complete as ``<name>.next<suffix>`` and
+    ``<name>.next.json``; then the file is renamed into place, then the metadata. A kill between
+    the two renames leaves ``<name>.next.json`` describing the file in place, and
+    :func:`resolve_checkpoint` finishes the commit.
 
     Args:
         directory: The ``checkpoints/`` folder.
@@ -176,10 +184,31 @@ def write_checkpoint(
         raise ValueError(f"checkpoint metadata lacks {missing}; it needs algo, task, task_options")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}{suffix}"
-    atomic_write(path, save)
-    record = {"format": CHECKPOINT_FORMAT, **metadata, "file": path.name, "sha256": sha256_of(path)}
-    atomic_write_text(directory / f"{name}.json", to_json(record))
+    pending_file = directory / f"{name}{PENDING}{suffix}"
+    pending_meta = directory / f"{name}{PENDING}.json"
+    atomic_write(pending_file, save)
+    record = {"format": CHECKPOINT_FORMAT, **metadata, "file": path.name,
+              "sha256": sha256_of(pending_file)}
+    atomic_write_text(pending_meta, to_json(record))
+    os.replace(pending_file, path)
+    os.replace(pending_meta, directory / f"{name}.json")
     return path
+
+
+def _finish_interrupted_commit(meta_path: Path) -> None:
+    """Complete a :func:`write_checkpoint` killed between its two renames: when
+    ``<name>.next.json`` describes the file now in place, it becomes ``<name>.json``."""
+    pending = meta_path.with_name(f"{meta_path.stem}{PENDING}.json")
+    if not pending.exists():
+        return
+    try:
+        record = json.loads(pending.read_text())
+        file = meta_path.with_name(record["file"])
+        if not file.exists() or sha256_of(file) != record["sha256"]:
+            return  # killed before the file's rename: the committed pair is still whole
+        os.replace(pending, meta_path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # a torn journal entry is never used; the committed pair stands
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -200,6 +229,8 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
     if path.is_dir():
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
         candidates = [folder / "best.json", folder / "latest.json"]
+        for candidate in candidates:
+            _finish_interrupted_commit(candidate)
         meta_path = next((c for c in candidates if c.exists()), None)
         if meta_path is None:
             raise CheckpointError(f"no checkpoint in {path}: neither {candidates[0]} nor "
@@ -210,6 +241,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
         meta_path = path.with_suffix(".json")
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
+    _finish_interrupted_commit(meta_path)
     if not meta_path.exists():
         raise CheckpointError(
             f"checkpoint metadata {meta_path} does not exist; every checkpoint needs a JSON next "
@@ -342,6 +374,7 @@ class Run:
         """
         directory = Path(directory)
         latest = directory / "checkpoints" / "latest.json"
+        _finish_interrupted_commit(latest)
         if not config.resume:
             if latest.exists():
                 raise CheckpointError(
