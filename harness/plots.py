@@ -13,7 +13,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import EngFormatter  # noqa: E402
 
-from harness.runs import read_metrics  # noqa: E402
+from harness.runs import atomic_write, read_metrics  # noqa: E402
+
+
+def save_figure(figure, path: str | Path, **savefig_kwargs) -> Path:
+    """Save ``figure`` atomically (format from the suffix) and close it; a kill mid-save leaves
+    the previous file, never a truncated image."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image_format = path.suffix.lstrip(".") or "png"
+    atomic_write(path, lambda file: figure.savefig(file, format=image_format, **savefig_kwargs))
+    plt.close(figure)
+    return path
 
 
 def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | None = None,
@@ -49,10 +60,7 @@ def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | N
     axis.legend(loc="best", fontsize=8)
     axis.set_title(title)
     figure.tight_layout()
-    out = Path(out)
-    figure.savefig(out)
-    plt.close(figure)
-    return out
+    return save_figure(figure, out)
 
 
 # ------------------------------------------------------------------- several runs (reports)
@@ -98,10 +106,7 @@ def interval_estimates(estimates: Mapping[str, tuple[float, float, float]],
     axis.grid(axis="x", alpha=0.3)
     axis.set_title(title, fontsize=10)
     figure.tight_layout()
-    out = Path(out)
-    figure.savefig(out)
-    plt.close(figure)
-    return out
+    return save_figure(figure, out)
 
 
 def band_curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], ...]]],
@@ -147,7 +152,4 @@ def band_curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], ...]]],
     axes[0][-1].legend(loc="best", fontsize=7)
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    out = Path(out)
-    figure.savefig(out)
-    plt.close(figure)
-    return out
+    return save_figure(figure, out)

@@ -49,7 +49,7 @@ import numpy as np
 import yaml
 
 from harness.config import SB3_ALGOS
-from harness.runs import read_metrics
+from harness.runs import atomic_write_text, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -571,7 +571,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         lines += ["## Skipped folders", ""]
         lines += [f"* `{_relative(s.path, root)}`: {s.reason}" for s in skipped] + [""]
     report = out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    atomic_write_text(report, "\n".join(lines) + "\n")
     return report
 
 

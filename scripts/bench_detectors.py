@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 import tasks
+from harness.runs import atomic_write_text
 from success_detectors import CNNDetector, ScriptedDetector, VerifierWrapper, load_detector
 from success_detectors.cnn import SuccessCNN
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["target_images_per_second"] = 1000
     results["meets_target"] = best >= 1000
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    atomic_write_text(args.out, json.dumps(results, indent=2))
     print(f"best batched rate {best:.0f} images/s (target >= 1,000); wrote {args.out}")
     return results
 

@@ -32,6 +32,7 @@ import mujoco
 import numpy as np
 from tasks.base import OBS_MODES
 from tasks.snapshot import STATE_SPEC
+from harness.runs import atomic_write_text
 
 TARGETS = {"physics_share_state": 0.85, "restore_us": 50.0, "pixels84_steps_per_s": 800.0}
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{m} {r:.2f}x" for m, r in results["peer_ratio_median"].items()))
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    atomic_write_text(args.out, json.dumps(results, indent=2))
     print(f"\nwrote {args.out}")
     return results
 

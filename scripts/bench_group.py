@@ -26,6 +26,7 @@ import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
 from harness.algos.group import GroupTrainer, RolloutPool
 from harness.policies import make as make_policy
+from harness.runs import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("  share of an iteration (1 worker): " + ", ".join(
         f"{k} {v:.0%}" for k, v in shares.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    atomic_write_text(args.out, json.dumps(results, indent=2))
     print(f"wrote {args.out}")
     return results
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.runs import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_BENCH = ROOT.parent / "shared" / "bench"
 
@@ -111,7 +113,7 @@ def main() -> None:
             "median_ratio": statistics.median(ratios),
         })
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(Path(args.output), json.dumps(results, indent=2) + "\n")
     summary = f"ours median {results['ours_median']:.0f} steps/s"
     if theirs:
         summary += (f", peer median {results['peer_median']:.0f} steps/s, "

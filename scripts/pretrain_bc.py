@@ -21,6 +21,7 @@ import torch
 from harness.bc import evaluate_policy, pretrain_bc
 from harness.demos import load_demos, rebuild_env
 from harness.policies import KINDS, TokenPolicyConfig, make, save_policy
+from harness.runs import atomic_write_text
 
 HELD_OUT_SEED_OFFSET = 10_000
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
           f" {args.eval_episodes} episodes, mean length {result['eval/mean_length']:.1f}"
           f" ({time.perf_counter() - start:.0f} s)")
     summary = {key: value for key, value in metrics.items() if key != "history"} | result
-    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(args.out.with_suffix(".json"), json.dumps(summary, indent=2))
     return summary
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from tqdm import tqdm
 
 import tasks
+from harness.runs import atomic_write_text
 from harness.stats import wilson_interval
 
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     strips = [frame_strip(n, args.difficulty, args.seed, 6, args.camera) for n in tasks.TASKS]
     strip_path = args.out / "expert_frames.png"
     iio.imwrite(strip_path, np.concatenate(strips, axis=0))
-    (args.out / "experts.json").write_text(json.dumps(results, indent=2))
+    atomic_write_text(args.out / "experts.json", json.dumps(results, indent=2))
     print(f"wrote {strip_path} and {args.out / 'experts.json'}")
     return results
 

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from harness.algos.objectives import group_advantages
 from harness.curriculum import no_signal_probability
+from harness.plots import save_figure
 
 GROUP_SIZES = (2, 4, 8, 16)
 ESTIMATOR_LABELS = {
@@ -120,9 +121,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ax_adv.grid(axis="y", alpha=0.3)
     ax_adv.legend()
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=120)
-    return args.out
+    return save_figure(fig, args.out, dpi=120)
 
 
 if __name__ == "__main__":

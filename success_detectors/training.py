@@ -507,6 +507,8 @@ def worst_errors_figure(
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    from harness.plots import save_figure
+
     predicted = probs >= threshold
     false_pos = np.flatnonzero(predicted & ~frames.label)
     false_neg = np.flatnonzero(~predicted & frames.label)
@@ -532,11 +534,7 @@ def worst_errors_figure(
             axis.set_title(f"{kind}\np={probs[i]:.2f} {where}{margin}", fontsize=6)
     figure.suptitle(f"Worst test errors at threshold {threshold:.3f}", fontsize=9)
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120)
 
 
 # ------------------------------------------------------------------------------- the whole run
