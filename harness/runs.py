@@ -235,13 +235,11 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
         if meta_path is None:
             raise CheckpointError(f"no checkpoint in {path}: neither {candidates[0]} nor "
                                   f"{candidates[1]} exists")
-    elif path.suffix == ".json":
-        meta_path = path
     else:
-        meta_path = path.with_suffix(".json")
-        if not path.exists():
+        meta_path = path if path.suffix == ".json" else path.with_suffix(".json")
+        if meta_path is not path and not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
-    _finish_interrupted_commit(meta_path)
+        _finish_interrupted_commit(meta_path)
     if not meta_path.exists():
         raise CheckpointError(
             f"checkpoint metadata {meta_path} does not exist; every checkpoint needs a JSON next "
