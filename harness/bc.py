@@ -9,6 +9,9 @@ Kostrikov et al. 2020), which matters with few demonstrations.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
+import json
 import math
 import os
 import time
@@ -23,10 +26,11 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from harness.demos import Demos
-from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
+from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch, resolve_device
 from harness.stats import wilson_interval
 
 KEEP_CHOICES: tuple[str, ...] = ("last", "best_val_loss")
+NAMED_DEMO_OPTIONS: tuple[str, ...] = ("obs_mode", "camera", "image_size", "max_episode_steps")
 
 
 def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
@@ -80,7 +84,8 @@ def pretrain_bc(
     keep: str = "last",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train ``policy`` in place by cross-entropy on the demos' action tokens.
+    """Train ``policy`` in place, on its parameters' device, by cross-entropy on the demos'
+    action tokens.
 
     Episodes, not steps, are split into training and validation (consecutive steps are nearly
     identical, so a step split would validate on the training set). The policy is left in eval
@@ -130,7 +135,8 @@ def pretrain_bc(
     device = next(policy.parameters()).device
     obs = _policy_inputs(policy, demos, device)
     tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
-    train_idx, val_idx = _split_by_episode(demos.episode_ids, val_fraction, seed)
+    train_idx, val_idx = (i.to(device) for i in
+                          _split_by_episode(demos.episode_ids, val_fraction, seed))
 
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
@@ -329,7 +335,8 @@ def pretrain_state_features(
     visuomotor policies"); the policy itself never reads the state.
 
     Args:
-        policy: A token policy reading ``pixels``; trained in place (its token head is untouched).
+        policy: A token policy reading ``pixels``; trained in place on its parameters' device
+            (its token head is untouched).
         task: Task name.
         task_options: Options of ``tasks.make``; ``obs_mode`` is replaced by ``pixels_state``.
         episodes: Noisy-expert episodes to render (seeds ``3_000_000 + seed * 10_000 + i``,
@@ -383,7 +390,8 @@ def pretrain_state_features(
     obs = obs_to_batch({k: np.stack(v) for k, v in frames.items() if k != "state"},
                        device=device, batched=True)
     state = torch.as_tensor(np.stack(frames["state"]), dtype=torch.float32, device=device)
-    train_idx, val_idx = _split_by_episode(np.asarray(episode_ids), val_fraction, seed)
+    train_idx, val_idx = (i.to(device) for i in
+                          _split_by_episode(np.asarray(episode_ids), val_fraction, seed))
     mean = state[train_idx].mean(dim=0)
     std = state[train_idx].std(dim=0).clamp(min=1e-3)
     target = (state - mean) / std
@@ -437,45 +445,54 @@ def cloned_start_policy(
     progress: bool = True,
     state_pretrain_episodes: int = 0,
     state_pretrain_epochs: int = 15,
+    device: str = "cpu",
 ) -> tuple[TokenPolicy, dict[str, Any]]:
     """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
     group fine-tuning. Demos are recorded once per task, options and difficulty, then reused.
 
     Args:
         task: Task name.
-        task_options: Options of ``tasks.make`` (obs mode, camera, image size, episode limit).
+        task_options: Options of ``tasks.make``; every one of them (but ``difficulty``, which
+            ``difficulty`` below replaces) is passed to :func:`harness.demos.collect_demos`.
         policy_config: A ``TokenPolicyConfig``.
         demos: Number of expert demonstrations (successes only).
         epochs: Behaviour-cloning epochs.
         difficulty: Start-state difficulty of the demos.
         seed: Seeds the weights and the training.
-        demo_dir: Where demo files are cached.
+        demo_dir: Where demo files are cached, one per task, demo count, difficulty and set of
+            environment options (see :func:`demo_file`).
         progress: Show progress bars.
         state_pretrain_episodes: When > 0 (pixel policies), first run
             :func:`pretrain_state_features` on this many noisy-expert episodes.
         state_pretrain_epochs: Its epochs.
+        device: Where the policy is trained and left (see
+            :func:`harness.policies.resolve_device`; ``"auto"`` picks CUDA, MPS or the CPU).
 
     Returns:
         ``(policy, metrics)``; metrics include the demo file, the BC losses and, with state
         pretraining, its ``pretrain/...`` figures.
+
+    Raises:
+        ValueError: An invalid task option, or a ``device`` this machine does not have.
     """
     import tasks
     from harness.demos import collect_demos, load_demos
     from harness.policies import make as make_policy
 
-    options = {k: v for k, v in task_options.items() if k in (
-        "obs_mode", "camera", "image_size", "max_episode_steps")}
-    name = "_".join(f"{k}{v}" for k, v in sorted(options.items()))
-    path = Path(demo_dir) / f"{task}_{name}_d{difficulty:g}_n{demos}.hdf5"
+    torch_device = resolve_device(device)
+    path = demo_file(demo_dir, task, task_options, demos, difficulty)
     if not path.exists():
+        named = {key: task_options[key] for key in NAMED_DEMO_OPTIONS if key in task_options}
         collect_demos(path, task, demos, difficulty=difficulty, progress=progress,
-                      obs_mode=options.get("obs_mode", "state"),
-                      camera=options.get("camera", "front"),
-                      image_size=options.get("image_size", 84),
-                      max_episode_steps=options.get("max_episode_steps"))
+                      obs_mode=named.get("obs_mode", "state"),
+                      camera=named.get("camera", "front"),
+                      image_size=named.get("image_size", 84),
+                      max_episode_steps=named.get("max_episode_steps"),
+                      env_options={key: value for key, value in task_options.items()
+                                   if key not in (*NAMED_DEMO_OPTIONS, "difficulty")})
     env = tasks.make(task, **task_options)
     torch.manual_seed(seed)
-    policy = make_policy(policy_config, env.observation_space)
+    policy = make_policy(policy_config, env.observation_space).to(torch_device)
     env.close()
     pretrain_metrics = {}
     if state_pretrain_episodes > 0:
@@ -486,3 +503,45 @@ def cloned_start_policy(
     metrics = pretrain_bc(policy, load_demos(path), epochs=epochs, seed=seed, progress=progress)
     metrics.pop("history", None)
     return policy, {**pretrain_metrics, **metrics, "bc/demo_file": str(path)}
+
+
+def demo_file(
+    demo_dir: str | os.PathLike,
+    task: str,
+    task_options: Mapping[str, Any],
+    demos: int,
+    difficulty: float,
+) -> Path:
+    """The cache file of :func:`cloned_start_policy`'s demos.
+
+    The name shows the main options (``obs_mode``, ``camera``, ``image_size``,
+    ``max_episode_steps``) for a reader, then the first 10 hex digits of the SHA-256 of
+    the JSON of every ``tasks.TaskConfig`` field (defaults filled in, ``difficulty`` set to the
+    demos'), so that demos recorded under other options (``terminate_on_success``,
+    ``randomization``, ``reward_weights``, ``render_quality``...) are never reused, while
+    spelling a default out or leaving it implicit gives the same file.
+
+    Args:
+        demo_dir: The cache folder.
+        task: Task name.
+        task_options: Options of ``tasks.make``.
+        demos: Number of demonstrations.
+        difficulty: Start-state difficulty of the demos.
+
+    Returns:
+        ``<demo_dir>/<task>_<readable options>_<hash>_d<difficulty>_n<demos>.hdf5``.
+
+    Raises:
+        ValueError: An unknown or invalid task option.
+        TypeError: An unknown ``randomization`` field.
+    """
+    import tasks
+
+    config = tasks.TaskConfig.from_options(task, {**task_options,
+                                                  "difficulty": float(difficulty)})
+    canonical = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
+                if key in task_options]
+    name = "_".join([task, *readable, digest, f"d{difficulty:g}", f"n{demos}"])
+    return Path(demo_dir) / f"{name}.hdf5"

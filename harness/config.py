@@ -36,7 +36,13 @@ OBS_MODE_KEYS: dict[str, tuple[str, ...]] = {
     "pixels": ("pixels", "proprio"),
     "pixels_state": ("state", "pixels", "proprio"),
 }
-REWARDS: tuple[str, ...] = ("dense", "verifier")
+REWARDS: tuple[str, ...] = ("auto", "dense", "verifier")
+# Seeds of the start states of group-trainer iterations: (seed + 1) * TRAIN_SEED_STRIDE + counter.
+TRAIN_SEED_STRIDE = 10_000_000
+MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
+# The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
+SB3_BAND_GROUP_SIZE = 8
+STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of harness.bc.pretrain_state_features
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 
@@ -261,8 +267,8 @@ class GroupAlgoConfig(AlgoConfig):
     aggregation: str = "seq_mean_token_mean"
     learning_rate: float = 1e-4
     max_grad_norm: float = 1.0
-    num_iterations: int = 1
-    minibatch_size: int = 64
+    num_iterations: int = 2
+    minibatch_size: int = 16
     zero_signal: str = "keep"
     iterations: int = 200
     workers: int = 1
@@ -373,8 +379,9 @@ class CurriculumConfig:
     num_bins: int = 10
     adr_key: str | None = None
 
-    def params(self, task_difficulty: float) -> dict[str, Any]:
-        """Keyword parameters of ``harness.curriculum.make`` (without ``seed``)."""
+    def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
+        """Keyword parameters of ``harness.curriculum.make`` (without ``seed``); ``group_size``
+        is the trainer's G (read by the curricula that weigh bins by group signal)."""
         params = dataclasses.asdict(self)
         del params["name"]
         return params
@@ -387,8 +394,8 @@ class FixedCurriculumConfig(CurriculumConfig):
     name: str = "fixed"
     difficulty: float | None = None
 
-    def params(self, task_difficulty: float) -> dict[str, Any]:
-        params = super().params(task_difficulty)
+    def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
+        params = super().params(task_difficulty, group_size)
         if params["difficulty"] is None:
             params["difficulty"] = task_difficulty
         return params
@@ -415,18 +422,21 @@ class LinearCurriculumConfig(CurriculumConfig):
 
 @dataclass
 class SuccessBandCurriculumConfig(CurriculumConfig):
-    """Favours difficulties whose success lies in [low, high] (see ``harness.curriculum``)."""
+    """Favours difficulties whose success lies in [low, high] (see ``harness.curriculum``); its
+    G is the trainer's ``algo.group_size``."""
 
     name: str = "success_band"
     low: float = 0.2
     high: float = 0.8
-    group_size: int = 8
     explore: float = 0.1
     min_obs: int = 16
     initial_frontier: int = 0
     prior: float = 1.0
     decay: float = 0.98
     signal: str = "bernoulli"
+
+    def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
+        return {**super().params(task_difficulty, group_size), "group_size": group_size}
 
 
 # ------------------------------------------------------------------------ logger, eval, ...
@@ -449,15 +459,20 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    """Deterministic evaluation on held-out seeds (``seed``, ``seed + 1``, ...).
+    """Deterministic evaluation on held-out seeds, in two disjoint ranges.
+
+    Periodic evaluations (and so the choice of the ``best`` checkpoint) play the validation
+    seeds ``validation_seed, validation_seed + 1, ...``; the final evaluation, and the start
+    policy's evaluation it is compared with, play the test seeds ``seed, seed + 1, ...``.
+    :meth:`TrainConfig.seed_ranges` lists every range a run uses and refuses overlaps.
 
     Attributes:
         every_steps: Environment steps between periodic evaluations (0: only the final one).
-        episodes: Episodes per difficulty in a periodic evaluation.
-        final_episodes: Episodes per difficulty in the final evaluation (``summary.json``).
+        episodes: Episodes per difficulty in a periodic evaluation (validation seeds).
+        final_episodes: Episodes per difficulty in the final evaluation (test seeds).
         difficulties: Difficulties to evaluate; empty means ``[task.difficulty]``.
-        seed: First seed; training environments use ``seed + rank`` from the run's seed, far
-            below this.
+        seed: First test seed.
+        validation_seed: First validation seed.
         video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
     """
 
@@ -466,9 +481,12 @@ class EvalConfig:
     final_episodes: int = 100
     difficulties: list[float] = field(default_factory=list)
     seed: int = 1_000_000
+    validation_seed: int = 2_000_000
     video_episodes: int = 1
 
     def __post_init__(self) -> None:
+        for key in ("seed", "validation_seed"):
+            _check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
         for key in ("every_steps", "video_episodes"):
             _check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
         for key in ("episodes", "final_episodes"):
@@ -517,8 +535,11 @@ class TrainConfig:
         n_envs: Parallel training environments (subprocesses when > 1).
         checkpoint_every_steps: Steps between ``checkpoints/latest`` saves (also saved at the end).
         resume: Continue the run in this run directory from ``checkpoints/latest``.
-        reward: ``dense`` (the task's reward terms) or ``verifier`` (the detector's verdict).
-        device: Torch device of the networks.
+        reward: ``dense`` (the task's reward terms) or ``verifier`` (the detector's verdict);
+            ``auto`` resolves to ``dense`` for SB3 and ``verifier`` for the group algorithms,
+            which score each attempt by the verifier's binary verdict and refuse ``dense``.
+        device: Torch device of the networks: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or
+            ``auto`` (the first available of cuda, mps, cpu).
         torch_threads: Torch threads of the main process (workers always use one).
     """
 
@@ -536,7 +557,7 @@ class TrainConfig:
     n_envs: int = 1
     checkpoint_every_steps: int = 10_000
     resume: bool = False
-    reward: str = "dense"
+    reward: str = "auto"
     device: str = "cpu"
     torch_threads: int = 1
 
@@ -548,19 +569,51 @@ class TrainConfig:
                f"checkpoint_every_steps={self.checkpoint_every_steps}; must be >= 1")
         _check(self.max_minutes is None or self.max_minutes > 0,
                f"max_minutes={self.max_minutes}; must be > 0 or null")
+        _check(self.seed >= 0, f"seed={self.seed}; must be >= 0")
         _check(self.reward in REWARDS, f"reward={self.reward!r}; choose one of {REWARDS}")
         _check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
                f"device={self.device!r}; expected cpu, cuda, cuda:N, mps or auto")
+        from harness.policies import resolve_device
+
+        try:
+            resolve_device(self.device)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        if self.reward == "auto":
+            self.reward = "verifier" if self.algo.family == "group" else "dense"
+        _check(self.reward == "verifier" or self.algo.family == "sb3",
+               f"reward={self.reward!r} with algo={self.algo.name!r}: group algorithms score "
+               "each attempt by the verifier's binary verdict; use reward=verifier (their "
+               "default) with detector=scripted (ground truth) or detector=cnn")
+        learned = (self.detector or {}).get("name", "scripted") != "scripted"
+        _check(not learned or self.reward == "verifier",
+               f"detector={self.detector.get('name')!r} is only read with reward=verifier; "
+               f"reward={self.reward!r} would ignore it")
         if self.reward == "verifier":
             self._check_detector()
+        if self.algo.family == "group":
+            default = VerifierConfig()
+            _check(self.verifier == default,
+                   f"verifier={dataclasses.asdict(self.verifier)} with algo={self.algo.name!r}: "
+                   "the group trainer scores the last frame of each attempt (verifier.when="
+                   "final) and the verdict is the reward (verifier.mode=replace), without "
+                   "ending episodes on a detection; these verifier options are SB3's")
         self._check_policy()
         self._check_batch()
         self._check_curriculum()
+        self._check_seed_ranges()
 
     def _check_detector(self) -> None:
         _check(bool(self.detector.get("name")),
                f"reward=verifier needs a detector with a name (e.g. detector=scripted); "
                f"got detector={self.detector}")
+        # The scripted predicate would pick the frame the learned detector then scores.
+        _check(self.detector["name"] == "scripted" or not self.task.terminate_on_success,
+               f"task.terminate_on_success=true with detector={self.detector['name']!r}: the "
+               "episode would end on the simulator's ground-truth success, so the frame the "
+               "learned detector scores is chosen by the ground truth it replaces; set "
+               "task.terminate_on_success=false (SB3 can end episodes on the detector with "
+               "verifier.when=every_step verifier.terminate_on_detection=true)")
         import success_detectors  # only a verifier reward needs them
 
         try:
@@ -592,9 +645,61 @@ class TrainConfig:
         from harness import curriculum
 
         try:
-            curriculum.make(self.curriculum.name, **self.curriculum.params(self.task.difficulty))
+            curriculum.make(self.curriculum.name, **self.curriculum_params())
         except ValueError as error:
             raise ConfigError(f"curriculum: {error}") from None
+
+    def curriculum_params(self) -> dict[str, Any]:
+        """Keyword parameters of ``harness.curriculum.make`` (without ``seed``): the group file's
+        fields, with the success band's G taken from ``algo.group_size`` (one value, so the
+        band weighs bins by the groups the trainer really plays)."""
+        group_size = getattr(self.algo, "group_size", SB3_BAND_GROUP_SIZE)
+        return self.curriculum.params(self.task.difficulty, group_size)
+
+    def seed_ranges(self) -> dict[str, list[int]]:
+        """Every range of ``reset`` seeds this run plays, as ``{name: [first, stop)}``.
+
+        ``train``: start states of training (group trainer: one seed per snapshotted start
+        state; SB3: the first reset of each environment, later resets continue its RNG, and
+        ``train_resumed`` the reseeding of a resumed run);
+        ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
+        attempts per demo); ``state_pretrain``: noisy-expert episodes of the state-feature
+        pretraining; ``validation``: periodic evaluations; ``test``: the final evaluation and the
+        start policy's. :meth:`_check_seed_ranges` refuses any overlap.
+        """
+        algo, ranges = self.algo, {}
+        if algo.family == "group":
+            first = (self.seed + 1) * TRAIN_SEED_STRIDE
+            by_iterations = algo.iterations * algo.num_start_states * MAX_RESAMPLE_ROUNDS
+            by_steps = -(-self.total_timesteps // algo.group_size) + \
+                algo.num_start_states * MAX_RESAMPLE_ROUNDS
+            ranges["train"] = [first, first + min(by_iterations, by_steps)]
+            if not algo.init_policy and algo.bc_demos > 0:
+                from harness.demos import MAX_TRIES_PER_DEMO
+
+                ranges["demo"] = [0, MAX_TRIES_PER_DEMO * algo.bc_demos]
+                if algo.state_pretrain_episodes > 0 and self.task.obs_mode != "state":
+                    first = STATE_PRETRAIN_SEED + self.seed * 10_000
+                    ranges["state_pretrain"] = [first, first + algo.state_pretrain_episodes]
+        else:
+            ranges["train"] = [self.seed, self.seed + self.n_envs]
+            first = (self.seed + 1) * TRAIN_SEED_STRIDE  # a resumed run reseeds its envs here
+            ranges["train_resumed"] = [first, first + self.total_timesteps + self.n_envs]
+        if self.eval.every_steps:
+            ranges["validation"] = [self.eval.validation_seed,
+                                    self.eval.validation_seed + self.eval.episodes]
+        ranges["test"] = [self.eval.seed, self.eval.seed + self.eval.final_episodes]
+        return ranges
+
+    def _check_seed_ranges(self) -> None:
+        ranges = sorted(self.seed_ranges().items(), key=lambda item: item[1][0])
+        for (name_a, (_, stop_a)), (name_b, (first_b, _)) in zip(ranges, ranges[1:],
+                                                                  strict=False):
+            _check(stop_a <= first_b,
+                   f"seed ranges overlap: {name_a} plays reset seeds "
+                   f"{dict(ranges)[name_a]} (first, stop) and {name_b} plays "
+                   f"{dict(ranges)[name_b]}; a start state must not be both trained on and "
+                   "evaluated on: change seed, eval.seed or eval.validation_seed")
 
 
 # ------------------------------------------------------------------------------ registration

@@ -105,6 +105,9 @@ class SuccessTable:
     The estimate is the posterior mean, so an unseen bin reads 0.5. Each bin also keeps discounted
     counts of groups (updates of two or more outcomes) and of informative ones (outcomes not all
     equal), discounted alike: the observed signal, which ``success_band`` can weigh bins by.
+    Counts are discounted only when their bin receives outcomes, so a bin left unsampled keeps
+    them however old they are; ``reset_bin`` clears them. ``samples`` is the cumulative number of
+    outcomes per bin and is never cleared.
 
     Args:
         num_bins: Number of bins, at least 1.
@@ -150,6 +153,16 @@ class SuccessTable:
         if len(outcomes) >= 2:
             self.groups[index] += 1.0
             self.informative[index] += float(outcomes.min() != outcomes.max())
+
+    def reset_bin(self, index: int) -> None:
+        """Clear the success, failure, group and informative counts of bin ``index``.
+
+        The bin's estimate returns to the prior (0.5); its cumulative ``samples`` are kept.
+        """
+        self.successes[index] = 0.0
+        self.failures[index] = 0.0
+        self.groups[index] = 0.0
+        self.informative[index] = 0.0
 
     def estimate(self) -> np.ndarray:
         """Posterior-mean success probability of every bin, shape (num_bins,)."""
@@ -444,7 +457,11 @@ class SuccessBandCurriculum(Curriculum):
 
     After each update, once the hardest unlocked bin has ``min_obs`` outcomes since the frontier
     last moved, the next bin is unlocked if its estimate exceeds ``high`` and it is locked again if
-    its estimate is below ``low`` (at least one bin always stays unlocked).
+    its estimate is below ``low`` (at least one bin always stays unlocked). Whenever the frontier
+    moves onto a bin, by unlocking it or by falling back to it, that bin's counts are reset to the
+    prior (``SuccessTable.reset_bin``), so only outcomes observed there since the move decide the
+    next move; the bin left behind keeps its counts. Without the reset, counts from a visit long
+    ago (never discounted while the bin was locked) could lock a re-unlocked bin again at once.
 
     Args:
         num_bins: Number of difficulty bins over [0, 1], at least 1.
@@ -544,8 +561,10 @@ class SuccessBandCurriculum(Curriculum):
 
     def _move_frontier(self, index: int) -> None:
         # Only outcomes seen after the move may move the frontier again, so a bin that was just
-        # re-exposed must prove itself afresh rather than on counts from before.
+        # re-exposed must prove itself afresh rather than on counts from before: its counts are
+        # cleared, and ``min_obs`` counts its cumulative samples from here.
         self.frontier_bin = index
+        self.table.reset_bin(index)
         self._samples_at_move = int(self.table.samples[index])
 
     @property

@@ -22,7 +22,8 @@ import json
 import os
 import re
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def collect_demos(
     seed: int = 0,
     only_successes: bool = True,
     max_episode_steps: int | None = None,
+    env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Record scripted-expert episodes of ``task`` into an HDF5 file at ``path``.
@@ -126,6 +128,10 @@ def collect_demos(
         only_successes: Keep only successful episodes; otherwise keep all and mark each one's
             ``success`` attribute.
         max_episode_steps: Override of the task's episode limit.
+        env_options: Further options of :func:`tasks.make` that change what is recorded, e.g.
+            ``terminate_on_success``, ``randomization``, ``reward_weights``,
+            ``render_quality``; stored in ``env_args`` with the others. Dataclass values
+            (a ``RandomizationConfig``) are stored as dicts.
         progress: Show a progress bar.
 
     Returns:
@@ -133,7 +139,8 @@ def collect_demos(
         attempts made, steps stored and the expert's success over all attempts.
 
     Raises:
-        ValueError: ``episodes < 1`` or an invalid task option.
+        ValueError: ``episodes < 1``, an invalid task option, an ``env_options`` key that has
+            its own argument here, or an option value that JSON cannot store.
         RuntimeError: With ``only_successes``, the expert did not succeed ``episodes`` times
             within the attempts allowed; nothing is written.
     """
@@ -146,11 +153,22 @@ def collect_demos(
         "difficulty": float(difficulty),
         "max_episode_steps": max_episode_steps,
     }
+    extra = {key: asdict(value) if is_dataclass(value) else value
+             for key, value in (env_options or {}).items()}
+    clash = sorted(set(extra) & set(env_kwargs))
+    if clash:
+        raise ValueError(f"env_options {clash} have their own arguments of collect_demos; "
+                         "pass them there")
+    env_kwargs.update(extra)
     env_args = {
         "env_name": task,
         "env_kwargs": env_kwargs,
         "collection": {"noise": float(noise), "seed": int(seed), "only_successes": only_successes},
     }
+    try:  # before recording, not after every episode has been rendered
+        env_args_json = json.dumps(env_args)
+    except TypeError as error:
+        raise ValueError(f"env_options cannot be stored in the demo file: {error}") from None
     env = rebuild_env(env_args)
     max_attempts = MAX_TRIES_PER_DEMO * episodes if only_successes else episodes
 
@@ -181,7 +199,7 @@ def collect_demos(
                     f" {successes} of {attempts} attempts, short of the {episodes} demos asked"
                     " for; lower the noise or the difficulty"
                 )
-            data.attrs["env_args"] = json.dumps(env_args)
+            data.attrs["env_args"] = env_args_json
             data.attrs["total"] = total
         os.replace(tmp_name, path)
     except BaseException:

@@ -59,9 +59,11 @@ DEFAULT_REPS = 5000
 CURVE_POINTS = 100
 SEED_KEY = "seed"
 TASK_KEYS = ("task", "task.name")          # overrides / config keys naming the task
-SIGNAL_KEY = "rollout/signal_fraction"      # group trainer, per iteration
+SIGNAL_KEY = "rollout/mixed_outcome_fraction"  # group trainer, per iteration
+OLD_SIGNAL_KEY = "rollout/signal_fraction"  # the same, in runs logged before the split of the two
 CURRICULUM_SIGNAL_KEY = "curriculum/signal_fraction"  # cumulative over a curriculum's updates
 BUDGET_TOLERANCE = 1.1                      # arms whose median env steps differ more: warn
+MIN_RELIABLE_RUNS = 5                       # fewer runs in an arm: its bootstrap is unreliable
 
 
 class ReportError(ValueError):
@@ -463,14 +465,16 @@ def _sorted_unique(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
 def informative_fraction(run: RunRecord) -> tuple[float | None, str]:
     """The fraction of groups whose outcomes were not all equal, and where it came from.
 
-    The group trainer logs ``rollout/signal_fraction`` per iteration: its mean over iterations.
+    The group trainer logs ``rollout/mixed_outcome_fraction`` per iteration (older runs:
+    ``rollout/signal_fraction``, which then meant the same): its mean over iterations.
     Otherwise a group trainer's cumulative ``curriculum/signal_fraction`` (last value). SB3 runs
     have no groups: their curriculum receives one outcome per episode, so its signal fraction
     is 0 by construction and is not reported.
     """
-    if run.metrics.get(SIGNAL_KEY):
-        return float(np.mean([v for _, v in run.metrics[SIGNAL_KEY]])), \
-            f"mean of {SIGNAL_KEY} over iterations"
+    key = SIGNAL_KEY if run.metrics.get(SIGNAL_KEY) else OLD_SIGNAL_KEY
+    if run.metrics.get(key):
+        return float(np.mean([v for _, v in run.metrics[key]])), \
+            f"mean of {key} over iterations"
     if run.algo in SB3_ALGOS:
         return None, "no groups (SB3 trains on single episodes)"
     if run.metrics.get(CURRICULUM_SIGNAL_KEY):
@@ -635,14 +639,36 @@ def _final_section(arms, metric, reps, seed, out, plots, names) -> list[str]:
         xlabel=f"final held-out {metric}: IQM (|), 95% CI (bar), single runs (o)",
         title="Final held-out performance: IQM and 95% CI over runs",
     )
+    note = _few_runs_note({name: len(arm.runs) for name, arm in arms.items()})
+    if note:
+        log.warning("%s", note)
     return [
         f"## Final held-out `{metric}`", "",
         _table(["arm", "runs", "IQM", "95% CI", "mean", "per run"], rows), "",
+        *([note, ""] if note else []),
         f"IQM: interquartile mean over runs (the middle 50% after sorting; with fewer than 4 "
         f"runs nothing is trimmed and it is the mean). 95% CI: {method}, resampling runs within "
         "each task. Dots in the figure are single runs.", "",
         "![final IQM](plots/final_iqm.png)", "",
     ]
+
+
+def _few_runs_note(runs_per_arm: Mapping[str, int]) -> str | None:
+    """The sentence that warns of bootstrap intervals over too few runs, or ``None``.
+
+    Args:
+        runs_per_arm: Number of runs of each arm.
+
+    Returns:
+        A sentence naming the arms with fewer than ``MIN_RELIABLE_RUNS`` runs and their counts,
+        or ``None`` when every arm has enough.
+    """
+    few = {name: n for name, n in runs_per_arm.items() if n < MIN_RELIABLE_RUNS}
+    if not few:
+        return None
+    listing = ", ".join(f"{name} ({n} run{'s' if n != 1 else ''})" for name, n in few.items())
+    return (f"Bootstrap intervals over fewer than {MIN_RELIABLE_RUNS} runs per arm are "
+            f"unreliable (Agarwal et al. 2021 recommend more runs): {listing}.")
 
 
 def _curves_section(arms, metric, out, plots, names) -> list[str]:
@@ -709,7 +735,8 @@ def _signal_section(arms, reps, seed, out, plots, names) -> list[str]:
         if values:
             estimates[name] = (stratified_bootstrap(arm.strata(values), "mean", reps, seed),
                                values)
-        band = band_across_runs([r.metrics.get(SIGNAL_KEY, []) for r in arm.runs])
+        band = band_across_runs([r.metrics.get(SIGNAL_KEY) or r.metrics.get(OLD_SIGNAL_KEY, [])
+                                 for r in arm.runs])
         if band is not None:
             curves[name] = band.as_tuple()
     reference = next(iter(estimates), None)
@@ -728,7 +755,10 @@ def _signal_section(arms, reps, seed, out, plots, names) -> list[str]:
         "## Fraction of informative groups", "",
         _table(["arm", "runs", "mean", "95% CI", f"ratio to {reference}", "per run"], rows), "",
         "A group (G attempts from one start state) is informative when its outcomes are not all "
-        "equal; otherwise every advantage is zero and it carries no gradient. Per run: "
+        "equal. For GRPO, Dr. GRPO and RLOO every advantage of another group is zero, so it "
+        "carries no gradient; for REINFORCE (r) and the critic baseline (r - V(s0)) it may "
+        "still carry one (rollout/signal_fraction counts groups by the estimator's own "
+        "advantages). Per run: "
         f"{'; '.join(sorted(sources))}. Across runs: mean, 95% stratified bootstrap interval; "
         "the ratio is of the means (n/a when the first arm's is 0).", "",
     ]

@@ -24,7 +24,8 @@ import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
-from harness.algos.group import GroupTrainer, RolloutPool
+from harness.algos.group_update import GroupTrainer
+from harness.algos.rollouts import RolloutPool
 from harness.policies import make as make_policy
 from harness.runs import atomic_write_text
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     common = [f"task.difficulty={args.difficulty}", "task.max_episode_steps=60", "task=push"]
     overrides = [*common, "task.obs_mode=pixels", "policy=tiny_vla", "algo=grpo",
                  f"algo.group_size={args.group_size}", f"algo.num_start_states={args.groups}",
-                 "algo.minibatch_size=16", "logger.tensorboard=false"]
+                 "algo.minibatch_size=16", "algo.num_iterations=1", "logger.tensorboard=false"]
     config = harness_config.compose(overrides)
     options = config.task.env_options()
     env = tasks.make("push", **options)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     rewards = rollout.success.astype(np.float32)
     keep = np.ones(args.groups, dtype=bool)
     start = time.perf_counter()
-    trainer.update(rollout, rewards, keep)
+    trainer.update(rollout, rewards, trainer.advantages(rollout, rewards), keep)
     update_s = time.perf_counter() - start
     tokens = pixel_steps * policy.config.action_dim
     results["update"] = {"seconds": update_s, "tokens_per_s": tokens / update_s,
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     frozen = GroupTrainer(frozen_config, policy)
     frozen.max_tokens = trainer.max_tokens
     start = time.perf_counter()
-    frozen.update(rollout, rewards, keep)
+    frozen.update(rollout, rewards, frozen.advantages(rollout, rewards), keep)
     frozen_s = time.perf_counter() - start
     results["update_frozen_encoder"] = {"seconds": frozen_s, "tokens_per_s": tokens / frozen_s,
                                         "speedup": update_s / frozen_s}

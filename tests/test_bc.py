@@ -14,6 +14,7 @@ import torch
 import tasks
 from harness.bc import (
     _split_by_episode,
+    cloned_start_policy,
     evaluate_policy,
     pretrain_bc,
     pretrain_state_features,
@@ -21,7 +22,13 @@ from harness.bc import (
     token_cross_entropy,
 )
 from harness.demos import Demos, collect_demos, load_demos, rebuild_env
-from harness.policies import TokenPolicyConfig, actions_to_tokens, make, tokens_to_actions
+from harness.policies import (
+    TokenPolicyConfig,
+    actions_to_tokens,
+    make,
+    resolve_device,
+    tokens_to_actions,
+)
 
 torch.set_num_threads(1)
 
@@ -302,3 +309,56 @@ def test_state_pretraining_refuses_bad_input():
         pretrain_state_features(mlp, "reach", options, episodes=2, progress=False)
     with pytest.raises(ValueError, match="episodes=0"):
         pretrain_state_features(mlp, "reach", options, episodes=0, progress=False)
+
+
+# --- the cloned start policy ------------------------------------------------------------------
+
+
+def clone_reach(demo_dir: Path, device: str = "cpu", **options):
+    """``cloned_start_policy`` on 2 reach demos, 1 epoch, a small MLP."""
+    return cloned_start_policy(
+        "reach", {"obs_mode": "state", "max_episode_steps": 40, **options},
+        TokenPolicyConfig(kind="mlp", hidden=16), demos=2, epochs=1, difficulty=0.0,
+        demo_dir=demo_dir, progress=False, device=device,
+    )
+
+
+def test_demo_cache_is_keyed_by_every_env_option(tmp_path):
+    _, stop = clone_reach(tmp_path, terminate_on_success=True)
+    _, run_on = clone_reach(tmp_path, terminate_on_success=False)
+    assert stop["bc/demo_file"] != run_on["bc/demo_file"]
+    assert len(list(tmp_path.glob("*.hdf5"))) == 2
+    stopping, running = load_demos(stop["bc/demo_file"]), load_demos(run_on["bc/demo_file"])
+    # each file was recorded under its own options, which the env it rebuilds also has
+    assert stopping.env_args["env_kwargs"]["terminate_on_success"] is True
+    assert running.env_args["env_kwargs"]["terminate_on_success"] is False
+    env = rebuild_env(running.env_args)
+    assert env.config.terminate_on_success is False
+    env.close()
+    # without early termination every episode runs to the 40-step limit
+    assert len(running) == 2 * 40 and len(stopping) < len(running)
+    # the same options (a default spelled out or not, any task.difficulty: the demos' own
+    # difficulty replaces it) reuse the file; randomization does not
+    _, again = clone_reach(tmp_path, difficulty=0.7)
+    assert again["bc/demo_file"] == stop["bc/demo_file"]
+    _, randomized = clone_reach(tmp_path, randomization={"enabled": True})
+    assert randomized["bc/demo_file"] not in (stop["bc/demo_file"], run_on["bc/demo_file"])
+    assert load_demos(randomized["bc/demo_file"]).env_args["env_kwargs"]["randomization"] == {
+        "enabled": True}
+    assert len(list(tmp_path.glob("*.hdf5"))) == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or torch.backends.mps.is_available(),
+                    reason="'auto' is the CPU only on a machine without CUDA or MPS")
+def test_cloned_policy_is_trained_on_the_device_asked_for(tmp_path):
+    for device in ("cpu", "auto"):
+        policy, metrics = clone_reach(tmp_path, device=device)
+        assert {p.device for p in policy.parameters()} == {torch.device("cpu")}
+        assert math.isfinite(metrics["bc/train_loss"])
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device='cuda'"):
+        clone_reach(tmp_path, device="cuda")
+    with pytest.raises(ValueError, match="device='cuda:1'"):
+        resolve_device("cuda:1")
+    with pytest.raises(ValueError, match="device='tpu'"):
+        resolve_device("tpu")

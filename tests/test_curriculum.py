@@ -93,6 +93,46 @@ def test_success_band_stops_at_the_step_in_a_step_function():
     assert cur.frontier_bin in (4, 5)
 
 
+def test_success_band_resets_a_bin_when_the_frontier_moves_onto_it():
+    """Unlock bin 1, fall back to bin 0, unlock bin 1 again: the re-unlocked bin starts from the
+    Beta(1, 1) prior, so its old failures do not outweigh the successes seen since."""
+    cur = SuccessBandCurriculum(num_bins=4, min_obs=8, high=0.8, low=0.2)
+    cur.update(0.1, [True] * 8)  # bin 0: (8 + 1) / (8 + 2) = 0.9 > 0.8: unlock bin 1
+    assert cur.frontier_bin == 1
+    cur.update(0.3, [False] * 8)  # bin 1: 1 / 10 = 0.1 < 0.2: fall back to bin 0
+    assert cur.frontier_bin == 0
+    # the bin left behind keeps its counts; the bin moved onto reads the prior
+    assert cur.table.estimate()[:2] == pytest.approx([0.5, 0.1])
+    cur.update(0.1, [True] * 8)  # bin 0 afresh: 9 / 10 = 0.9: unlock bin 1 again
+    assert cur.frontier_bin == 1
+    assert cur.table.estimate()[1] == 0.5
+    assert cur.table.samples[1] == 8  # cumulative samples are kept
+    # stale failures would give (4 + 1) / (4 + 8 * 0.98**4 + 2) = 0.374
+    cur.update(0.3, [True] * 4)
+    assert cur.table.estimate()[1] == pytest.approx(5 / 6)
+    assert cur.frontier_bin == 1  # 4 outcomes since the move, fewer than min_obs = 8
+    cur.update(0.3, [True] * 4)  # 8 since the move: 9 / 10 = 0.9 > 0.8: unlock bin 2
+    assert cur.frontier_bin == 2
+
+
+def test_success_band_stale_counts_do_not_lock_a_reunlocked_bin_again():
+    cur = SuccessBandCurriculum(num_bins=4, min_obs=8, high=0.8, low=0.2)
+    cur.update(0.1, [True] * 8)  # 0.9: unlock bin 1
+    cur.update(0.3, [False] * 16)  # 1 / 18: fall back to bin 0
+    cur.update(0.1, [True] * 8)  # 0.9: unlock bin 1 again
+    assert cur.frontier_bin == 1
+    # 3 of 8 since the move: (3 + 1) / (8 + 2) = 0.4, in the band. With the 16 stale failures
+    # discounted once, (3 + 1) / (3 + 16 * 0.98**8 + 5 + 2) = 0.169 < 0.2 would lock it again.
+    cur.update(0.3, [True] * 3 + [False] * 5)
+    assert cur.table.estimate()[1] == pytest.approx(0.4)
+    assert cur.frontier_bin == 1
+
+    resumed = SuccessBandCurriculum(num_bins=4, min_obs=8, high=0.8, low=0.2, seed=9)
+    resumed.load_state_dict(json.loads(json.dumps(cur.state_dict())))
+    assert resumed.state_dict() == cur.state_dict()
+    assert [cur.sample() for _ in range(10)] == [resumed.sample() for _ in range(10)]
+
+
 def test_success_band_samples_only_unlocked_bins_uniformly_inside():
     cur = make("success_band", initial_frontier=2, min_obs=10**6, seed=1)
     samples = np.array([cur.sample() for _ in range(200)])
@@ -138,6 +178,18 @@ def test_success_table_counts_groups_and_informative_ones_with_the_same_discount
     assert table.informative[0] == pytest.approx(1 * 0.25 * 0.5)
     assert table.successes[0] == pytest.approx(((1 * 0.25) + 2) * 0.5 + 1)
     assert table.groups[1] == table.informative[1] == 0.0
+
+
+def test_success_table_reset_bin_clears_counts_but_keeps_samples():
+    table = SuccessTable(num_bins=2, decay=1.0)
+    table.record(0, np.array([1.0, 0.0, 0.0]))
+    table.record(1, np.array([1.0, 1.0]))
+    table.reset_bin(0)
+    assert table.successes[0] == table.failures[0] == 0.0
+    assert table.groups[0] == table.informative[0] == 0.0
+    assert table.samples.tolist() == [3, 2]
+    assert table.estimate() == pytest.approx([0.5, 3 / 4])  # bin 1 untouched: (2 + 1) / (2 + 2)
+    assert table.groups[1] == 1.0
 
 
 def test_observed_signal_prefers_bins_whose_groups_split():

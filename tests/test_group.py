@@ -68,10 +68,16 @@ def test_same_seed_gives_the_same_metrics(tmp_path):
 
 
 @pytest.mark.parametrize("algo", ["rloo", "critic", "reinforce"])
-def test_every_estimator_runs_and_checkpoints(tmp_path, algo):
+def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak_bc_policy):
+    """From a start that succeeds sometimes, each estimator takes gradient steps that move the
+    policy away from its (frozen) reference, and the checkpoint holds both."""
     extra = ["algo.beta=0.05", "algo.zero_signal=resample"] if algo == "critic" else []
-    summary, metrics = train(tmp_path, algo, f"algo={algo}", "algo.iterations=2", *extra)
-    assert (tmp_path / algo / "checkpoints" / "latest.pt").exists()
+    summary, metrics = train(tmp_path, algo, f"algo={algo}", "algo.iterations=2",
+                             f"algo.init_policy={weak_bc_policy}", *extra)
+    state = torch.load(tmp_path / algo / "checkpoints" / "latest.pt", weights_only=False)
+    tuned, start = state["trainer"]["policy"], state["trainer"]["reference"]
+    assert any(not torch.equal(tuned[k], start[k]) for k in tuned), "the policy never moved"
+    assert sum(v for _, v in metrics["train/gradient_steps"]) > 0
     assert json.loads((tmp_path / algo / "summary.json").read_text())["algo"] == algo
     if algo == "critic":
         assert "train/value_loss" in metrics
@@ -122,8 +128,12 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch):
         "logger.tensorboard=false", "logger.progress_bar=false", "torch_threads=1",
     ])
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
-    for key in ("bc_success", "final_success", "bc_success_interval", "pretrain/val_r2"):
+    for key in ("bc_success", "final_success", "bc_success_interval", "pretrain/val_r2",
+                "improvement", "improvement_interval", "improvement_p_value",
+                "sampled_success_rate", "time_limit_reached"):
         assert written[key] == summary[key]
+    assert written["improvement"] == pytest.approx(written["final_success"]
+                                                   - written["bc_success"])
     assert 0.0 <= written["bc_success"] <= 1.0 and 0.0 <= written["final_success"] <= 1.0
     assert written["pretrain/frames"] > 0
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0

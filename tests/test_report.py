@@ -217,6 +217,37 @@ def test_report_iqm_of_four_seeds(tmp_path):
     assert (tmp_path / "out" / "report.md").exists()
 
 
+def write_sweep(root: Path, seeds_per_arm: dict[str, int]) -> Path:
+    """A fake sweep ``-m curriculum=... seed=...`` with the given number of seeds per arm."""
+    job = 0
+    for curriculum, seeds in seeds_per_arm.items():
+        for seed in range(seeds):
+            write_run(root / f"{job}_curriculum={curriculum},seed={seed}", seed=seed,
+                      final=0.1 * seed, overrides=[f"curriculum={curriculum}", f"seed={seed}"])
+            job += 1
+    return root
+
+
+def test_arms_with_fewer_than_five_runs_get_a_note_beside_the_final_table(tmp_path, caplog):
+    sweep = write_sweep(tmp_path / "sweep", {"fixed": 5, "success_band": 4})
+    with caplog.at_level(logging.WARNING, logger="harness.report"):
+        text = build_report(sweep, reps=REPS).read_text()
+    note = ("Bootstrap intervals over fewer than 5 runs per arm are unreliable (Agarwal et al. "
+            "2021 recommend more runs): curriculum=success_band (4 runs).")
+    final = section(text, "Final held-out")
+    assert note in final
+    assert final.index("| curriculum=success_band |") < final.index(note)  # after the table
+    assert note in caplog.text
+    assert "curriculum=fixed (" not in text
+
+
+def test_no_few_runs_note_with_five_runs_per_arm(tmp_path, caplog):
+    sweep = write_sweep(tmp_path / "sweep", {"fixed": 5, "success_band": 5})
+    with caplog.at_level(logging.WARNING, logger="harness.report"):
+        text = build_report(sweep, reps=REPS).read_text()
+    assert "unreliable" not in text and "unreliable" not in caplog.text
+
+
 def test_arms_of_runs_without_hydra_folders_come_from_their_configs(tmp_path):
     for job, (algo, n_steps) in enumerate([("ppo", 2048), ("a2c", 5), ("ppo", 2048)]):
         config = {"task": {"name": "reach"}, "algo": {"name": algo, "n_steps": n_steps},

@@ -11,8 +11,11 @@ keeps a ``Dict`` of ``pixels`` (NatureCNN), ``proprio`` and, in ``pixels_state``
 for ``MultiInputPolicy``.
 
 Success: SB3 turns ``info["is_success"]`` at episode ends into ``rollout/success_rate``; with
-``reward=verifier`` the task's ground truth stays in ``info["is_success"]`` and the detector's
-verdict is the reward.
+``reward=verifier`` the task's ground truth stays in ``info["is_success"]``, the detector's
+verdict (``info["verifier_success"]``) is the reward and is what the curriculum learns from.
+
+Evaluation: periodic evaluations (and so the ``best`` checkpoint) play the validation seeds, the
+final one the test seeds, greedy (``success_rate``) and sampled (``sampled_success_rate``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 import tasks
 from harness import curriculum as curricula
-from harness.config import OBS_MODE_KEYS, TrainConfig
+from harness.config import OBS_MODE_KEYS, TRAIN_SEED_STRIDE, TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn, evaluate
 from harness.runs import CheckpointError, Run
 
@@ -200,21 +203,33 @@ def make_logger(run: Run, console: bool) -> Logger:
 class CurriculumCallback(BaseCallback):
     """Feeds finished episodes to the curriculum and chooses the next difficulty of that env.
 
-    The vector env has already reset the finished env when ``_on_step`` runs, so a choice made
-    here plays from that env's following episode: the schedule lags one episode per env.
+    The outcome is the reward's: the verifier's verdict (``info["verifier_success"]``) when a
+    verifier gives the reward, else the ground truth ``info["is_success"]``. The vector env has
+    already reset the finished env when ``_on_step`` runs, so a choice made here plays from that
+    env's following episode: the schedule lags one episode per env.
+
+    Args:
+        curriculum: The run's curriculum.
+        run: The run (for its metrics).
+        outcome_key: The ``info`` key of an episode's outcome.
     """
 
-    def __init__(self, curriculum, run: Run) -> None:
+    def __init__(self, curriculum, run: Run, outcome_key: str = "is_success") -> None:
         super().__init__()
         self.curriculum = curriculum
         self.run = run
+        self.outcome_key = outcome_key
 
     def _on_step(self) -> bool:
         for index, done in enumerate(self.locals["dones"]):
             if not done:
                 continue
             info = self.locals["infos"][index]
-            self.curriculum.update(info["curriculum_difficulty"], [bool(info["is_success"])])
+            if self.outcome_key not in info:
+                raise KeyError(f"episode ended without info[{self.outcome_key!r}]; the verifier "
+                               "wrapper must score the last step (verifier.when)")
+            self.curriculum.update(info["curriculum_difficulty"],
+                                   [bool(info[self.outcome_key])])
             difficulty = self.curriculum.sample()
             self.training_env.env_method(
                 "set_next_episode", difficulty, self.curriculum.reset_options(difficulty),
@@ -247,18 +262,23 @@ class VerifierMetricsCallback(BaseCallback):
 
 
 class TimeLimitCallback(BaseCallback):
-    """Stops training after ``seconds`` of wall-clock time in this process."""
+    """Stops training after ``seconds`` of wall-clock time in this process: a guard, since a
+    budget in time makes results depend on the machine; ``reached`` says whether it acted."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
         self._deadline = float("inf")
+        self.reached = False
 
     def _on_training_start(self) -> None:
         self._deadline = time.perf_counter() + self.seconds
 
     def _on_step(self) -> bool:
-        return time.perf_counter() < self._deadline
+        if time.perf_counter() >= self._deadline:
+            self.reached = True
+            log.warning("max_minutes cut the run short at %d env steps", self.num_timesteps)
+        return not self.reached
 
 
 class EvalCheckpointCallback(BaseCallback):
@@ -300,14 +320,15 @@ class SB3Trainer:
         self.obs_spec = observation_spec(config.policy.name, config.task.obs_mode,
                                          config.policy.use_instruction)
         self.curriculum = curricula.make(
-            config.curriculum.name, seed=config.seed, **config.curriculum.params(
-                config.task.difficulty)
+            config.curriculum.name, seed=config.seed, **config.curriculum_params()
         )
         self.eval_every = config.eval.every_steps
         self.eval_difficulties = list(config.eval.difficulties) or [config.task.difficulty]
         self.next_eval_step = self.eval_every
         self.next_checkpoint_step = config.checkpoint_every_steps
         self.best: dict[str, float] | None = None
+        self.time_limit = (TimeLimitCallback(60.0 * config.max_minutes)
+                           if config.max_minutes is not None else None)
         resume = run.resume_metadata
         if resume is not None:
             state = resume["trainer_state"]
@@ -328,7 +349,7 @@ class SB3Trainer:
             except Exception as error:  # SB3 raises many types for a damaged zip
                 raise CheckpointError(f"checkpoint {path} could not be loaded: {error!r}") from None
             # A fresh stream of episodes: same seeds would replay the start of the first session.
-            model.set_random_seed(config.seed + model.num_timesteps)
+            model.set_random_seed((config.seed + 1) * TRAIN_SEED_STRIDE + model.num_timesteps)
             log.info("resuming %s from %s at step %d", config.algo.name, path, model.num_timesteps)
         else:
             policy = config.policy
@@ -352,11 +373,9 @@ class SB3Trainer:
         return model
 
     # ------------------------------------------------------------------------ policy & eval
-    def policy_fn(self) -> PolicyFn:
-        """Deterministic policy on raw task observations."""
-        return make_policy_fn(self.model, self.obs_spec)
-
-    def evaluate(self, episodes: int, video_episodes: int) -> EvaluationResult:
+    def evaluate(self, episodes: int, video_episodes: int, seed: int,
+                 sampled: bool = False) -> EvaluationResult:
+        """Greedy (or ``sampled``, seeded by ``seed``) episodes from ``seed`` on."""
         config = self.config
         record = video_episodes if config.logger.videos else 0
 
@@ -364,11 +383,15 @@ class SB3Trainer:
             return tasks.make(config.task.name, render_mode="rgb_array" if record else None,
                               **config.task.env_options())
 
-        return evaluate(self.policy_fn(), env_factory, episodes, self.eval_difficulties,
-                        config.eval.seed, record)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return evaluate(make_policy_fn(self.model, self.obs_spec, sampled), env_factory,
+                            episodes, self.eval_difficulties, seed, record)
 
     def periodic_evaluation(self, steps: int) -> EvaluationResult:
-        result = self.evaluate(self.config.eval.episodes, self.config.eval.video_episodes)
+        """On the validation seeds, which choose the ``best`` checkpoint."""
+        result = self.evaluate(self.config.eval.episodes, self.config.eval.video_episodes,
+                               self.config.eval.validation_seed)
         self.run.log(result.metrics(), steps)
         for index, frames in enumerate(result.videos):
             self.run.write_video(f"eval_{steps:09d}_{index}", frames)
@@ -393,7 +416,9 @@ class SB3Trainer:
         metadata = self.run.checkpoint_metadata(
             self.model.num_timesteps,
             observation=self.obs_spec,
-            evaluation={"seed": self.config.eval.seed, "difficulties": self.eval_difficulties},
+            evaluation={"seed": self.config.eval.seed,
+                        "validation_seed": self.config.eval.validation_seed,
+                        "difficulties": self.eval_difficulties},
             trainer_state={
                 "curriculum": self.curriculum.state_dict(),
                 "next_eval_step": self.next_eval_step,
@@ -405,13 +430,16 @@ class SB3Trainer:
 
     # ---------------------------------------------------------------------------- training
     def callbacks(self) -> CallbackList:
+        verifier = self.config.reward == "verifier"
         callbacks: list[BaseCallback] = [
-            CurriculumCallback(self.curriculum, self.run), EvalCheckpointCallback(self),
+            CurriculumCallback(self.curriculum, self.run,
+                               "verifier_success" if verifier else "is_success"),
+            EvalCheckpointCallback(self),
         ]
-        if self.config.reward == "verifier":
+        if verifier:
             callbacks.append(VerifierMetricsCallback(self.run))
-        if self.config.max_minutes is not None:
-            callbacks.append(TimeLimitCallback(60.0 * self.config.max_minutes))
+        if self.time_limit is not None:
+            callbacks.append(self.time_limit)
         return CallbackList(callbacks)
 
     def log_interval(self) -> int:
@@ -431,17 +459,30 @@ class SB3Trainer:
             )
         self.env.close()
         steps = self.model.num_timesteps
-        final = self.evaluate(self.config.eval.final_episodes, self.config.eval.video_episodes)
-        self.run.log(final.metrics("final"), steps)
+        self.save("latest")  # before the final evaluation: a failure there loses no training
+        # ``best`` is chosen on the validation seeds only; without periodic evaluations there
+        # is no validation, and the last policy is the best one.
+        if self.eval_every:
+            self.consider_best(self.periodic_evaluation(steps))
+        else:
+            self.save("best")
+        config = self.config
+        final = self.evaluate(config.eval.final_episodes, config.eval.video_episodes,
+                              config.eval.seed)
+        sampled = self.evaluate(config.eval.final_episodes, 0, config.eval.seed, sampled=True)
+        self.run.log({**final.metrics("final"), **sampled.metrics("final_sampled")}, steps)
         for index, frames in enumerate(final.videos):
             self.run.write_video(f"final_{index}", frames)
-        self.consider_best(final)
-        self.save("latest")
         log.info("final evaluation at %d steps:\n%s", steps, final.table())
         return {
             **final.summary(),
+            "sampled_success_rate": sampled.success_rate,
+            "sampled_success_interval": list(sampled.success_interval),
             "env_steps": steps,
             "best_eval": self.best,
+            "time_limit_reached": bool(self.time_limit and self.time_limit.reached),
+            "seed_ranges": config.seed_ranges(),
+            "device": str(self.model.device),
             "checkpoints": {"latest": "checkpoints/latest.zip", "best": "checkpoints/best.zip"},
         }
 

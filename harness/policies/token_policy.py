@@ -264,8 +264,8 @@ class TokenPolicy(nn.Module):
         Args:
             obs: Batched observation dict.
             deterministic: Take the most likely token instead of sampling.
-            temperature: Divides the logits before sampling. :meth:`log_prob` is always at
-                temperature 1, so on-policy RL should sample at 1.
+            temperature: Divides the logits before sampling; on-policy RL computes its
+                log-probabilities at the same temperature (:meth:`log_prob`).
 
         Returns:
             ``(tokens, actions)``: int64 ``(B, action_dim)`` and their float32 bin centres in
@@ -287,14 +287,17 @@ class TokenPolicy(nn.Module):
             tokens = tokens.view(logits.shape[:-1])
         return tokens, tokens_to_actions(tokens, self.config.num_bins)
 
-    def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
-        """Per-token log-probabilities ``(B, action_dim)`` of ``tokens`` ``(B, action_dim)``."""
-        log_probs = F.log_softmax(self.logits(obs), dim=-1)
+    def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+        """Per-token log-probabilities ``(B, action_dim)`` of ``tokens`` ``(B, action_dim)``
+        under the categorical of ``logits / temperature`` (the one :meth:`act` samples from)."""
+        log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return log_probs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
-    def entropy(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Entropy of each dimension's categorical, ``(B, action_dim)``, in ``[0, log K]``."""
-        log_probs = F.log_softmax(self.logits(obs), dim=-1)
+    def entropy(self, obs: Mapping[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+        """Entropy of each dimension's categorical at ``temperature``, ``(B, action_dim)``, in
+        ``[0, log K]``."""
+        log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return -(log_probs.exp() * log_probs).sum(dim=-1)
 
     def value(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:

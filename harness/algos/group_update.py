@@ -1,0 +1,257 @@
+"""The update rule of the group-relative fine-tuner: advantages, then clipped-surrogate epochs.
+
+:class:`GroupTrainer` holds the policy being fine-tuned, the frozen reference policy (its starting
+weights), the optimiser and the minibatch generator, all on the run's ``device``. The maths are
+the pure functions of :mod:`harness.algos.objectives`; this module turns a
+:class:`~harness.algos.rollouts.RolloutBatch` into their tensors.
+
+Every log-probability (the sampling policy's ``old_logp``, the policy's at each step, the
+reference's) is taken at the sampling temperature ``algo.temperature``, so the ratio compares
+the very distributions the tokens were drawn from and is exactly 1 before the first step.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.algos.objectives import group_advantages, kl_k3, policy_loss
+from harness.algos.rollouts import RolloutBatch
+from harness.policies import TokenPolicy, obs_to_batch
+
+log = logging.getLogger(__name__)
+ESTIMATORS_ON_GROUPS = ("grpo", "dr_grpo", "rloo")  # compare attempts within a group
+
+
+DIAGNOSTIC_STEPS = 512  # steps on which entropy and KL to the reference are estimated
+
+def attempt_tensor(values: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-step ``(N_steps, action_dim)`` values -> padded per-attempt tokens ``(A, T)`` + mask."""
+    per_attempt = torch.split(values.reshape(len(values), -1), lengths.tolist())
+    flat = [v.reshape(-1) for v in per_attempt]
+    padded = torch.nn.utils.rnn.pad_sequence(flat, batch_first=True)
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(v, dtype=torch.bool) for v in flat],
+                                           batch_first=True)
+    return padded, mask
+
+
+def select_attempts(batch_obs: dict[str, torch.Tensor], tokens: torch.Tensor, starts: np.ndarray,
+                    lengths: np.ndarray, attempts: np.ndarray):
+    """Steps of the chosen attempts, concatenated in their order."""
+    index = np.concatenate([np.arange(starts[a], starts[a] + lengths[a]) for a in attempts])
+    index_t = torch.as_tensor(index, device=tokens.device)
+    return {k: v[index_t] for k, v in batch_obs.items()}, tokens[index_t], index_t
+
+
+class GroupTrainer:
+    """State and update rule of the group-relative fine-tuner (see the module docstring).
+
+    Args:
+        cfg: The run's ``TrainConfig`` (``cfg.algo`` a ``GroupAlgoConfig``; ``algo.name`` is
+            the advantage estimator).
+        policy: The policy to fine-tune (its starting weights become the KL reference).
+        device: Where the policy, the reference, the optimiser state and every batch live.
+    """
+
+    def __init__(self, cfg, policy: TokenPolicy, device: torch.device | str = "cpu") -> None:
+        algo = cfg.algo
+        self.cfg = cfg
+        self.algo = algo
+        self.device = torch.device(device)
+        self.estimator = algo.name
+        if self.estimator in ESTIMATORS_ON_GROUPS and algo.group_size < 2:
+            raise ValueError(f"algo.group_size={algo.group_size}: the {algo.name!r} estimator "
+                             "compares attempts within a group and needs group_size >= 2")
+        self.aggregation = algo.aggregation  # conf/algo/dr_grpo.yaml picks token_sum_const
+        self.policy = policy.to(self.device)
+        self.reference = copy.deepcopy(policy).eval()
+        for parameter in self.reference.parameters():
+            parameter.requires_grad_(False)
+        self.freeze_encoder = bool(getattr(algo, "freeze_encoder", False))
+        if self.freeze_encoder:
+            if not hasattr(policy, "encode_image"):
+                raise ValueError(
+                    f"algo.freeze_encoder=true needs a policy with an image encoder "
+                    f"(policy=tiny_vla); {type(policy).__name__} has none")
+            for parameter in policy.image_encoder.parameters():
+                parameter.requires_grad_(False)
+        self._trainable = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self._trainable, lr=algo.learning_rate)
+        # One generator for the run (saved in checkpoints): each epoch of each iteration draws
+        # its own minibatch order.
+        self.generator = np.random.default_rng(cfg.seed)
+        steps = algo.num_iterations * -(-algo.num_start_states * algo.group_size
+                                        // algo.minibatch_size)
+        if steps == 1:
+            log.warning("algo.num_iterations=%d, algo.minibatch_size=%d: one gradient step per "
+                        "batch, so the ratio is always 1 and clip_low/clip_high never act",
+                        algo.num_iterations, algo.minibatch_size)
+        self.max_tokens = None  # set from the env's episode limit by train()
+
+    def advantages(self, rollout: RolloutBatch, rewards: np.ndarray) -> torch.Tensor:
+        """``(A,)`` advantages of the attempts of ``rollout`` by the run's estimator."""
+        rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
+        values = None
+        if self.estimator == "critic":
+            first = {k: v[rollout.starts] for k, v in rollout.obs.items()}
+            with torch.no_grad():
+                values = self.policy.value(obs_to_batch(first, device=self.device, batched=True))
+        return group_advantages(rewards_t, self.algo.group_size, self.estimator, values=values)
+
+    def group_has_signal(self, advantages: torch.Tensor) -> np.ndarray:
+        """``(groups,)`` bool: groups whose attempts do not all have zero advantage.
+
+        That is the estimator's own "no signal": an all-equal group for ``grpo``, ``dr_grpo``
+        and ``rloo``; an all-failed group for ``reinforce`` (r = 0); for ``critic``
+        (r - V(s0)) a group carries signal unless the value matches every outcome exactly.
+        """
+        grouped = advantages.detach().view(-1, self.algo.group_size)
+        return (grouped != 0).any(dim=1).cpu().numpy()
+
+    def update(self, rollout: RolloutBatch, rewards: np.ndarray, advantages: torch.Tensor,
+               keep_groups: np.ndarray) -> dict[str, float]:
+        """``num_iterations`` epochs of minibatch updates on the kept groups; returns metrics.
+
+        Only the steps of the kept groups' attempts are evaluated: with ``zero_signal=drop``
+        the others carry no gradient, so no log-probability of theirs is computed, and the
+        loss of each minibatch is aggregated over kept attempts only.
+
+        Args:
+            rollout: The iteration's attempts.
+            rewards: ``(A,)`` verifier rewards.
+            advantages: ``(A,)`` from :meth:`advantages`.
+            keep_groups: ``(groups,)`` bool, the groups to train on.
+        """
+        algo, policy = self.algo, self.policy
+        obs = obs_to_batch(rollout.obs, batched=True, device=self.device)
+        tokens = torch.as_tensor(rollout.tokens, device=self.device)
+        starts, lengths = rollout.starts, rollout.lengths
+        rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
+
+        # The update's data: the kept attempts, renumbered 0..A-1, their steps concatenated.
+        attempts = np.flatnonzero(np.repeat(keep_groups, algo.group_size))
+        kept_lengths = lengths[attempts]
+        kept_starts = np.concatenate([[0], np.cumsum(kept_lengths)[:-1]]).astype(np.int64)
+        kept_advantages, kept_rewards = advantages[attempts], rewards_t[attempts]
+        metrics: dict[str, list[float]] = {}
+        old_logp = ref_logp = None
+        if len(attempts):
+            kept_obs, kept_tokens, _ = select_attempts(obs, tokens, starts, lengths, attempts)
+            with torch.no_grad():
+                if self.freeze_encoder:  # the encoder never changes: encode each frame once
+                    kept_obs = self._with_image_features(kept_obs)
+                old_logp = self._log_probs(policy, kept_obs, kept_tokens)
+                # Without a KL penalty the reference is only watched, on a subsample of steps
+                # (a full pass costs as much as a third of an update epoch on pixels).
+                if algo.beta > 0:
+                    ref_logp = self._log_probs(self.reference, kept_obs, kept_tokens)
+            for _ in range(algo.num_iterations):
+                order = self.generator.permutation(len(attempts))
+                for begin in range(0, len(order), algo.minibatch_size):
+                    chosen = np.sort(order[begin:begin + algo.minibatch_size])
+                    stats = self._step(kept_obs, kept_tokens, kept_starts, kept_lengths, chosen,
+                                       old_logp, ref_logp, kept_advantages, kept_rewards)
+                    for key, value in stats.items():
+                        metrics.setdefault(key, []).append(float(value))
+
+        result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
+        # Entropy and KL to the reference are diagnostics: a subsample of steps is enough, and
+        # on pixels each evaluated frame costs as much as in the update itself.
+        with torch.no_grad():
+            source = kept_obs if old_logp is not None else obs
+            stride = max(1, len(next(iter(source.values()))) // DIAGNOSTIC_STEPS)
+            sample = {k: v[::stride] for k, v in source.items()}
+            result["train/entropy"] = float(policy.entropy(sample, algo.temperature).mean())
+            if old_logp is not None:
+                # k3 estimate of KL(sampling policy || reference) on the sampled tokens
+                if ref_logp is None:
+                    ref_logp = self._log_probs(self.reference, sample, kept_tokens[::stride])
+                else:
+                    ref_logp = ref_logp[::stride]
+                kl_ref = float(kl_k3(old_logp[::stride], ref_logp).mean())
+            else:
+                kl_ref = float("nan")  # no group carried signal: nothing was evaluated
+        result.update({
+            "train/kl_to_reference": kl_ref,
+            "train/advantage_mean": float(advantages.mean()),
+            "train/advantage_std": float(advantages.std()) if len(advantages) > 1 else 0.0,
+            "train/advantage_abs_max": float(advantages.abs().max()),
+            "train/updated_attempts": float(len(attempts)),
+            "train/gradient_steps": float(len(metrics.get("loss", []))),
+        })
+        return result
+
+    def _with_image_features(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks."""
+        pixels, chunk = obs["pixels"], 1024
+        features = torch.cat([self.policy.encode_image(pixels[i:i + chunk])
+                              for i in range(0, len(pixels), chunk)])
+        return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
+
+    def _step(self, obs, tokens, starts, lengths, chosen, old_logp, ref_logp, advantages,
+              rewards) -> dict[str, float]:
+        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``lengths``)."""
+        algo, policy = self.algo, self.policy
+        mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, lengths, chosen)
+        mb_lengths = lengths[chosen]
+        logp_pad, mask = attempt_tensor(policy.log_prob(mb_obs, mb_tokens, algo.temperature),
+                                        mb_lengths)
+        old_pad, _ = attempt_tensor(old_logp[index], mb_lengths)
+        ref_pad = None if ref_logp is None else attempt_tensor(ref_logp[index], mb_lengths)[0]
+        loss, stats = policy_loss(
+            logp_pad, old_pad, advantages[chosen], mask,
+            clip_low=algo.clip_low, clip_high=algo.clip_high,
+            aggregation=self.aggregation, max_tokens=self.max_tokens,
+            ref_logp=ref_pad, beta=algo.beta,
+        )
+        if self.estimator == "critic":
+            first = torch.as_tensor(starts[chosen], device=self.device)
+            value = policy.value({k: v[first] for k, v in obs.items()})
+            value_loss = torch.mean((value - rewards[chosen]) ** 2)
+            loss = loss + 0.5 * value_loss
+            stats["value_loss"] = float(value_loss.detach())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite policy loss ({float(loss)}) at a minibatch of "
+                f"{len(chosen)} attempts; the last good checkpoint is kept"
+            )
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable, algo.max_grad_norm)
+        self.optimizer.step()
+        stats["loss"] = float(loss.detach())
+        stats["grad_norm"] = float(grad_norm)
+        return stats
+
+    def _log_probs(self, policy: TokenPolicy, obs: dict[str, torch.Tensor],
+                   tokens: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities at the sampling temperature, in chunks of 1,024 steps."""
+        size, chunk, temperature = len(tokens), 1024, self.algo.temperature
+        return torch.cat([
+            policy.log_prob({k: v[i:i + chunk] for k, v in obs.items()}, tokens[i:i + chunk],
+                            temperature)
+            for i in range(0, size, chunk)
+        ])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "reference": self.reference.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "minibatch_rng": self.generator.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.reference.load_state_dict(state["reference"])
+        if "minibatch_rng" in state:
+            self.generator.bit_generator.state = state["minibatch_rng"]
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except ValueError as error:  # Adam's state covers another set of parameters
+            raise ValueError(
+                f"the checkpoint's optimizer does not fit this run ({error}); resume with the "
+                f"algo.freeze_encoder the run started with (now {self.freeze_encoder})"
+            ) from error
+

@@ -1,0 +1,340 @@
+"""Results you can trust: no ground truth leaks into a learned verifier's run, every option is
+honoured or refused, evaluation uses disjoint seed ranges, and the update's ratio starts at 1.
+
+Each test here failed on the code before its fix (the leak, the ignored option, the shared
+permutation...), on real environments and real (tiny) networks.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tasks
+from harness import config as harness_config
+from harness import runs
+from harness.config import ConfigError
+from harness.runs import read_metrics
+
+FAST = [
+    "task=reach", "task.obs_mode=state", "task.difficulty=0.1", "task.max_episode_steps=15",
+    "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=4", "algo.num_start_states=4",
+    "algo.learning_rate=3e-3", "eval.every_steps=0", "eval.final_episodes=10", "eval.episodes=4",
+    "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
+    "total_timesteps=1000000",
+]
+
+
+def compose(*overrides):
+    return harness_config.compose([*FAST, *overrides])
+
+
+def train(tmp_path, name, *overrides):
+    config = compose(*overrides)
+    return runs.train(config, tmp_path / name), read_metrics(tmp_path / name / "metrics.csv")
+
+
+@pytest.fixture(scope="module")
+def random_cnn(tmp_path_factory):
+    """Untrained CNN detectors for reach and for push on the front camera (16 px): real
+    checkpoints, whose verdicts have nothing to do with the ground truth."""
+    from success_detectors.cnn import CNNDetector, SuccessCNN
+
+    folder = tmp_path_factory.mktemp("cnn")
+    torch.manual_seed(0)
+    for task in ("reach", "push"):
+        CNNDetector(SuccessCNN(), task=task, camera="front", image_size=16).save(
+            folder / f"{task}.pt")
+    return folder
+
+
+# ------------------------------------------------------------------- leaks and refusals
+def test_learned_detector_with_terminate_on_success_is_refused_at_load(tmp_path):
+    """The scripted check would choose the frame the CNN scores; refused before any file."""
+    with pytest.raises(ConfigError, match="task.terminate_on_success"):
+        compose("detector=cnn", f"detector.checkpoint={tmp_path / 'never_opened.pt'}")
+    assert not list(tmp_path.iterdir())
+
+
+def test_group_algorithms_refuse_a_dense_reward():
+    with pytest.raises(ConfigError, match="reward='dense' with algo='grpo'"):
+        compose("reward=dense")
+
+
+@pytest.mark.parametrize("override", ["verifier.when=every_step", "verifier.mode=add"])
+def test_group_algorithms_refuse_verifier_options_they_cannot_honour(override):
+    with pytest.raises(ConfigError, match="these verifier options are SB3's"):
+        compose(override)
+
+
+def test_reward_auto_resolves_per_family():
+    assert compose().reward == "verifier"
+    assert harness_config.compose(["algo=ppo"]).reward == "dense"
+
+
+def test_learned_detector_needs_a_verifier_reward(random_cnn):
+    with pytest.raises(ConfigError, match="only read with reward=verifier"):
+        harness_config.compose(["algo=ppo", "detector=cnn", "task.terminate_on_success=false",
+                                f"detector.checkpoint={random_cnn / 'reach.pt'}"])
+
+
+def test_group_run_refuses_a_detector_of_another_task(random_cnn):
+    with pytest.raises(ConfigError, match="push"):
+        compose("detector=cnn", f"detector.checkpoint={random_cnn / 'push.pt'}",
+                "task.terminate_on_success=false")
+
+
+def test_sb3_curriculum_learns_from_the_verifier_not_the_ground_truth(tmp_path, random_cnn):
+    """With threshold 0 the CNN calls every episode a success while reach at difficulty 1 is
+    nearly never solved by a fresh PPO policy: the curriculum must see only successes."""
+    config = harness_config.compose([
+        "task=reach", "task.max_episode_steps=10", "task.terminate_on_success=false",
+        "algo=ppo", "algo.n_steps=64", "algo.batch_size=32", "algo.n_epochs=1",
+        "policy.net_arch=[8]", "reward=verifier", "detector=cnn",
+        f"detector.checkpoint={random_cnn / 'reach.pt'}", "detector.threshold=0.0",
+        "total_timesteps=128", "eval.every_steps=0", "eval.final_episodes=2",
+        "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
+    ])
+    runs.train(config, tmp_path / "run")
+    metadata = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    table = metadata["trainer_state"]["curriculum"]["table"]
+    truth = [value for _, value in read_metrics(tmp_path / "run" / "metrics.csv")[
+        "detector/false_positive_rate"]]
+    assert sum(table["samples"]) >= 10
+    assert sum(table["failures"]) == 0.0 and sum(table["successes"]) > 0
+    assert max(truth) > 0.5, "the ground truth must disagree for this test to mean anything"
+
+
+# --------------------------------------------------------------------------- the update
+def _rollout_and_trainer(*overrides):
+    """A real rollout of 2 groups of 4 attempts on reach, and a trainer for it."""
+    from harness.algos.group_update import GroupTrainer
+    from harness.algos.rollouts import RolloutPool
+    from harness.policies import make
+
+    cfg = compose(*overrides)
+    env = tasks.make("reach", obs_mode="state", max_episode_steps=15)
+    torch.manual_seed(0)
+    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    jobs = []
+    for group in range(2):
+        env.reset(seed=100 + group, options={"difficulty": 0.1})
+        jobs += [(env.snapshot(), group, 0.1)] * cfg.algo.group_size
+    pool = RolloutPool(1, ("reach", cfg.task.env_options(), (policy.config, policy.obs_shapes),
+                           len(jobs), None))
+    rollout = pool.run(policy, jobs, cfg.algo.temperature, seed=0)
+    pool.close()
+    env.close()
+    trainer = GroupTrainer(cfg, policy)
+    trainer.max_tokens = 15 * policy.config.action_dim
+    return rollout, trainer
+
+
+def test_attempts_of_a_group_start_from_the_same_observation():
+    rollout, _ = _rollout_and_trainer()
+    first = rollout.obs["state"][rollout.starts]
+    for group in range(2):
+        rows = first[rollout.group == group]
+        assert all(np.array_equal(row, rows[0]) for row in rows)
+    assert not np.array_equal(first[0], first[-1])
+
+
+def test_log_probs_are_those_of_the_sampling_temperature():
+    """At T = 0.5 the sampled tokens follow softmax(logits / T); the trainer's old log-probs
+    are those, and the first minibatch step sees a ratio of exactly 1."""
+    from harness.policies import obs_to_batch
+
+    rollout, trainer = _rollout_and_trainer("algo.temperature=0.5", "algo.num_iterations=1",
+                                            "algo.minibatch_size=64")
+    obs = obs_to_batch(rollout.obs, batched=True)
+    tokens = torch.as_tensor(rollout.tokens)
+    with torch.no_grad():
+        expected = torch.log_softmax(trainer.policy.logits(obs) / 0.5, dim=-1).gather(
+            -1, tokens.unsqueeze(-1)).squeeze(-1)
+        assert torch.allclose(trainer._log_probs(trainer.policy, obs, tokens), expected)
+    rewards = np.array([1, 0, 0, 0, 1, 1, 0, 0], dtype=np.float32)
+    advantages = trainer.advantages(rollout, rewards)
+    metrics = trainer.update(rollout, rewards, advantages, np.ones(2, dtype=bool))
+    assert metrics["train/gradient_steps"] == 1.0
+    assert metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["train/clip_fraction"] == 0.0
+
+
+def test_sampling_at_a_temperature_matches_its_log_probs():
+    """4,000 tokens sampled at T = 0.5 from one observation: each bin's frequency matches
+    exp(log_prob(..., temperature=0.5))."""
+    from harness.policies import TokenPolicyConfig, make, obs_to_batch
+
+    env = tasks.make("reach")
+    torch.manual_seed(1)
+    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, num_bins=5), env.observation_space)
+    obs = obs_to_batch([env.reset(seed=3)[0]] * 4000)
+    tokens, _ = policy.act(obs, temperature=0.5)
+    one, dims = {k: v[:1] for k, v in obs.items()}, policy.config.action_dim
+    with torch.no_grad():
+        expected = torch.stack([policy.log_prob(one, torch.full((1, dims), b), 0.5).exp()[0]
+                                for b in range(5)], dim=1)  # (action_dim, bins)
+    observed = torch.stack([torch.bincount(tokens[:, d], minlength=5) / 4000.0
+                            for d in range(dims)])
+    assert torch.allclose(observed, expected, atol=0.03)
+    assert not torch.allclose(expected, torch.softmax(policy.logits(one)[0], -1), atol=0.03)
+
+
+@pytest.mark.parametrize(("algo", "rewards", "signal"), [
+    ("grpo", [0, 0, 0, 0, 1, 1, 1, 1], [False, False]),
+    ("rloo", [0, 1, 0, 0, 1, 1, 1, 1], [True, False]),
+    ("reinforce", [0, 0, 0, 0, 1, 1, 1, 1], [False, True]),  # r itself: successes move it
+])
+def test_zero_signal_is_the_estimators_own(algo, rewards, signal):
+    rollout, trainer = _rollout_and_trainer(f"algo={algo}")
+    advantages = trainer.advantages(rollout, np.array(rewards, dtype=np.float32))
+    assert trainer.group_has_signal(advantages).tolist() == signal
+
+
+@pytest.fixture(scope="module")
+def cloned_policy(tmp_path_factory):
+    """An MLP token policy cloned on 5 expert demos of reach at difficulty 0: it succeeds in
+    about a third of attempts, so some groups are all successes."""
+    from harness.bc import pretrain_bc
+    from harness.demos import collect_demos, load_demos
+    from harness.policies import TokenPolicyConfig, make, save_policy
+
+    folder = tmp_path_factory.mktemp("bc")
+    collect_demos(folder / "demos.hdf5", "reach", 5, obs_mode="state", difficulty=0.0,
+                  max_episode_steps=15, progress=False)
+    torch.manual_seed(0)
+    policy = make(TokenPolicyConfig(kind="mlp", hidden=32),
+                  tasks.make("reach", max_episode_steps=15).observation_space)
+    pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=100, seed=0, progress=False)
+    save_policy(folder / "bc.pt", policy)
+    return folder / "bc.pt"
+
+
+def test_drop_keeps_all_success_groups_for_reinforce(tmp_path, cloned_policy):
+    """REINFORCE's advantage is r: an all-success group pushes the policy, so ``drop`` must
+    keep it (the all-equal rule dropped every such group); all-failed groups are dropped."""
+    _, metrics = train(tmp_path, "run", "algo=reinforce", "algo.zero_signal=drop",
+                       "algo.iterations=3", "task.difficulty=0.0",
+                       f"algo.init_policy={cloned_policy}")
+    success = np.array([v for _, v in metrics["rollout/success_rate"]])
+    signal = np.array([v for _, v in metrics["rollout/signal_fraction"]])
+    mixed = np.array([v for _, v in metrics["rollout/mixed_outcome_fraction"]])
+    updated = np.array([v for _, v in metrics["train/updated_attempts"]])
+    assert (signal > mixed).any(), "some group should be all successes"
+    assert np.array_equal(updated, signal * 4 * 4)  # B = 4 groups of G = 4, signal ones kept
+    assert success.max() > 0.2
+
+
+def test_drop_divides_by_the_kept_attempts_only():
+    """An update on [informative group, all-failed group] with ``drop`` is the update on the
+    informative group alone: the dropped group is neither in the numerator nor the divisor
+    (with ``keep`` it dilutes the step)."""
+    from harness.algos.rollouts import RolloutBatch
+
+    def sub(batch: RolloutBatch, group: int) -> RolloutBatch:
+        attempts = np.flatnonzero(batch.group == group)
+        steps = np.concatenate([np.arange(batch.starts[a], batch.starts[a] + batch.lengths[a])
+                                for a in attempts])
+        return RolloutBatch({k: v[steps] for k, v in batch.obs.items()}, batch.tokens[steps],
+                            batch.lengths[attempts], batch.success[attempts], None,
+                            batch.group[attempts], batch.difficulty[attempts], batch.timing)
+
+    rewards = np.array([1, 0, 1, 0, 0, 0, 0, 0], dtype=np.float32)
+    after = {}
+    for name, keep in (("drop", [True, False]), ("keep", [True, True]), ("alone", None)):
+        rollout, trainer = _rollout_and_trainer("algo.num_iterations=1",
+                                                "algo.minibatch_size=64")
+        batch, r = (sub(rollout, 0), rewards[:4]) if keep is None else (rollout, rewards)
+        trainer.update(batch, r, trainer.advantages(batch, r),
+                       np.array(keep if keep is not None else [True]))
+        after[name] = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
+    assert torch.equal(after["drop"], after["alone"])
+    assert not torch.equal(after["keep"], after["alone"])
+
+
+def test_minibatch_order_changes_between_iterations_and_resumes():
+    """One generator for the run: each draw gives a new order, and a checkpoint restores it."""
+    _, trainer = _rollout_and_trainer()
+    first, second = (trainer.generator.permutation(16).tolist() for _ in range(2))
+    assert first != second
+    _, resumed = _rollout_and_trainer()
+    resumed.load_state_dict(trainer.state_dict())
+    assert resumed.generator.permutation(16).tolist() == trainer.generator.permutation(16).tolist()
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce"])
+def test_shipped_group_configs_take_several_steps_per_batch(algo):
+    cfg = harness_config.compose([f"algo={algo}"])
+    attempts = cfg.algo.num_start_states * cfg.algo.group_size
+    assert cfg.algo.num_iterations * -(-attempts // cfg.algo.minibatch_size) > 1
+
+
+# ---------------------------------------------------------------- curriculum and seeds
+def test_success_band_takes_its_group_size_from_the_algorithm():
+    config = compose("curriculum=success_band", "algo.group_size=5")
+    assert config.curriculum_params()["group_size"] == 5
+    with pytest.raises(Exception, match="group_size"):
+        compose("curriculum=success_band", "curriculum.group_size=8")
+
+
+@pytest.mark.parametrize("overrides", [
+    ["eval.validation_seed=1000005", "eval.every_steps=100"],  # inside the test range
+    ["eval.seed=3"],                                            # inside the demos' range
+    ["seed=0", "eval.seed=10000010"],                           # inside the training starts
+])
+def test_overlapping_seed_ranges_are_refused(overrides):
+    with pytest.raises(ConfigError, match="seed ranges overlap"):
+        compose("algo.bc_demos=2", *overrides)
+
+
+def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_path):
+    summary, metrics = train(tmp_path, "run", "algo.iterations=2", "eval.every_steps=100")
+    ranges = summary["seed_ranges"]
+    assert ranges["test"] == [1_000_000, 1_000_010]
+    assert ranges["validation"] == [2_000_000, 2_000_004]
+    assert summary["improvement"] == pytest.approx(
+        summary["success_rate"] - summary["start_success_rate"])
+    low, high = summary["improvement_interval"]
+    assert low <= summary["improvement"] <= high
+    assert 0.0 <= summary["improvement_p_value"] <= 1.0
+    assert 0.0 <= summary["sampled_success_rate"] <= 1.0
+    assert summary["time_limit_reached"] is False and summary["iterations"] == 2
+    assert summary["device"] == "cpu"
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best.json").read_text())
+    assert "validation_success_rate" in best
+    assert "final_sampled/success_rate" in metrics and "start_sampled/success_rate" in metrics
+
+
+def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
+    import harness.evaluation as evaluation
+
+    seeds = []
+    real = evaluation.evaluate
+
+    def spy(policy_fn, env_factory, episodes, difficulties, seed, videos=0):
+        seeds.append((seed, episodes))
+        return real(policy_fn, env_factory, episodes, difficulties, seed, videos)
+
+    monkeypatch.setattr(evaluation, "evaluate", spy)
+    train(tmp_path, "run", "algo.iterations=2", "eval.every_steps=50")
+    periodic = [seed for seed, episodes in seeds if episodes == 4]
+    final = [seed for seed, episodes in seeds if episodes == 10]
+    assert periodic and set(periodic) == {2_000_000}
+    assert final and set(final) == {1_000_000}
+
+
+def test_time_guard_is_recorded(tmp_path):
+    summary, _ = train(tmp_path, "run", "algo.iterations=1000", "max_minutes=0.0001")
+    assert summary["time_limit_reached"] is True and summary["iterations"] < 1000
+
+
+def test_device_auto_trains_and_checkpoints_load_on_the_cpu(tmp_path):
+    from harness.evaluation import evaluate_checkpoint
+
+    summary, _ = train(tmp_path, "run", "algo.iterations=1", "device=auto")
+    assert summary["device"] == "cpu"  # this machine has no accelerator
+    result, _ = evaluate_checkpoint(tmp_path / "run", episodes=3, device="auto")
+    assert len(result.episodes) == 3
