@@ -9,14 +9,9 @@ Kostrikov et al. 2020), which matters with few demonstrations.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
-import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -25,12 +20,11 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from common.stats import wilson_interval
 from harness.demos import Demos
-from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch, resolve_device
-from harness.stats import wilson_interval
+from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
 
 KEEP_CHOICES: tuple[str, ...] = ("last", "best_val_loss")
-NAMED_DEMO_OPTIONS: tuple[str, ...] = ("obs_mode", "camera", "image_size", "max_episode_steps")
 
 
 def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
@@ -136,7 +130,7 @@ def pretrain_bc(
     obs = _policy_inputs(policy, demos, device)
     tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
     train_idx, val_idx = (i.to(device) for i in
-                          _split_by_episode(demos.episode_ids, val_fraction, seed))
+                          split_by_episode(demos.episode_ids, val_fraction, seed))
 
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
@@ -206,7 +200,7 @@ def _policy_inputs(
     return obs
 
 
-def _split_by_episode(
+def split_by_episode(
     episode_ids: np.ndarray, val_fraction: float, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step indices of the training and validation episodes."""
@@ -306,242 +300,3 @@ def evaluate_policy(
         "eval/mean_length": float(np.mean(lengths)),
         "eval/episodes": episodes,
     }
-
-
-def pretrain_state_features(
-    policy: TokenPolicy,
-    task: str,
-    task_options: dict[str, Any],
-    episodes: int = 100,
-    epochs: int = 15,
-    difficulty: float = 0.0,
-    noise: float = 0.5,
-    lr: float = 1e-3,
-    batch_size: int = 64,
-    seed: int = 0,
-    val_fraction: float = 0.1,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Teach a pixel policy's features where things are, before behaviour cloning.
-
-    A handful of demonstrations is too little to learn *where the cube and the goal are* from
-    pixels: a TinyVLA cloned on 20 push demos often heads the wrong way from the first step. In
-    simulation the answer is free, so the policy's shared features (image, instruction and
-    proprio, as the token head reads them) are first trained to regress the task's privileged
-    ``state`` vector (positions of the gripper, the objects and the goal, standardised per
-    dimension) through a throw-away linear head, on frames of the scripted expert run with heavy
-    action noise (so the frames cover much more than the demos do). This is the pose
-    pretraining of the vision layers in Levine et al. 2016 ("End-to-end training of deep
-    visuomotor policies"); the policy itself never reads the state.
-
-    Args:
-        policy: A token policy reading ``pixels``; trained in place on its parameters' device
-            (its token head is untouched).
-        task: Task name.
-        task_options: Options of ``tasks.make``; ``obs_mode`` is replaced by ``pixels_state``.
-        episodes: Noisy-expert episodes to render (seeds ``3_000_000 + seed * 10_000 + i``,
-            disjoint from the evaluation seeds).
-        epochs: Passes over the frames.
-        difficulty: Start-state difficulty of those episodes.
-        noise: Std of the Gaussian noise on the expert's actions.
-        lr: Adam learning rate.
-        batch_size: Frames per gradient step.
-        seed: Seeds the episodes, the split and the shuffling.
-        val_fraction: Share of episodes held out to report how well the state is predicted.
-        progress: Show progress bars.
-
-    Returns:
-        ``pretrain/frames``, ``pretrain/train_loss`` (standardised MSE), ``pretrain/val_r2``
-        (share of the state variance explained on held-out episodes; NaN without them),
-        ``pretrain/seconds``.
-
-    Raises:
-        ValueError: ``episodes`` or ``epochs`` < 1, or a policy that does not read pixels.
-    """
-    import tasks
-
-    if episodes < 1 or epochs < 1:
-        raise ValueError(f"episodes={episodes}, epochs={epochs}; both must be >= 1")
-    if "pixels" not in policy.obs_shapes:
-        raise ValueError(
-            f"state-feature pretraining is for pixel policies; this {policy.config.kind} policy"
-            f" reads {sorted(policy.obs_shapes)}"
-        )
-    start = time.perf_counter()
-    env = tasks.make(task, **{**task_options, "obs_mode": "pixels_state"})
-    frames: dict[str, list[np.ndarray]] = {key: [] for key in (*policy.obs_shapes, "state")}
-    episode_ids: list[int] = []
-    try:
-        for i in tqdm(range(episodes), desc="state pretraining frames", disable=not progress,
-                      leave=False):
-            episode_seed = 3_000_000 + seed * 10_000 + i
-            obs, _ = env.reset(seed=episode_seed, options={"difficulty": float(difficulty)})
-            expert = tasks.ScriptedExpert(env, noise=noise, seed=episode_seed)
-            done = False
-            while not done:
-                for key in frames:
-                    frames[key].append(np.asarray(obs[key]))
-                episode_ids.append(i)
-                obs, _, terminated, truncated, _ = env.step(expert())
-                done = terminated or truncated
-    finally:
-        env.close()
-    device = next(policy.parameters()).device
-    obs = obs_to_batch({k: np.stack(v) for k, v in frames.items() if k != "state"},
-                       device=device, batched=True)
-    state = torch.as_tensor(np.stack(frames["state"]), dtype=torch.float32, device=device)
-    train_idx, val_idx = (i.to(device) for i in
-                          _split_by_episode(np.asarray(episode_ids), val_fraction, seed))
-    mean = state[train_idx].mean(dim=0)
-    std = state[train_idx].std(dim=0).clamp(min=1e-3)
-    target = (state - mean) / std
-
-    head = torch.nn.Linear(policy.config.hidden, state.shape[1]).to(device)
-    optimizer = torch.optim.Adam([*policy.parameters(), *head.parameters()], lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    policy.train()
-    losses: list[float] = []
-    for _ in tqdm(range(epochs), desc="state pretraining", disable=not progress, leave=False):
-        losses = []
-        for batch_idx in train_idx[torch.randperm(len(train_idx), generator=generator)].split(
-            batch_size
-        ):
-            batch = {key: value[batch_idx] for key, value in obs.items()}
-            loss = F.mse_loss(head(policy.features(batch)), target[batch_idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    val_r2 = math.nan
-    if len(val_idx):
-        policy.eval()
-        with torch.no_grad():
-            predicted = torch.cat([
-                head(policy.features({k: v[idx] for k, v in obs.items()}))
-                for idx in val_idx.split(256)
-            ])
-        truth = target[val_idx]
-        varying = truth.var(dim=0) > 1e-6  # parked cubes never move
-        residual = ((predicted - truth)[:, varying] ** 2).mean()
-        val_r2 = float(1.0 - residual / truth[:, varying].var(dim=0).mean())
-    policy.eval()
-    return {
-        "pretrain/frames": len(episode_ids),
-        "pretrain/train_loss": float(np.mean(losses)),
-        "pretrain/val_r2": val_r2,
-        "pretrain/seconds": time.perf_counter() - start,
-    }
-
-
-def cloned_start_policy(
-    task: str,
-    task_options: dict[str, Any],
-    policy_config,
-    demos: int,
-    epochs: int,
-    difficulty: float,
-    seed: int = 0,
-    demo_dir: str | os.PathLike = "data/demos",
-    progress: bool = True,
-    state_pretrain_episodes: int = 0,
-    state_pretrain_epochs: int = 15,
-    device: str = "cpu",
-) -> tuple[TokenPolicy, dict[str, Any]]:
-    """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
-    group fine-tuning. Demos are recorded once per task, options and difficulty, then reused.
-
-    Args:
-        task: Task name.
-        task_options: Options of ``tasks.make``; every one of them (but ``difficulty``, which
-            ``difficulty`` below replaces) is passed to :func:`harness.demos.collect_demos`.
-        policy_config: A ``TokenPolicyConfig``.
-        demos: Number of expert demonstrations (successes only).
-        epochs: Behaviour-cloning epochs.
-        difficulty: Start-state difficulty of the demos.
-        seed: Seeds the weights and the training.
-        demo_dir: Where demo files are cached, one per task, demo count, difficulty and set of
-            environment options (see :func:`demo_file`).
-        progress: Show progress bars.
-        state_pretrain_episodes: When > 0 (pixel policies), first run
-            :func:`pretrain_state_features` on this many noisy-expert episodes.
-        state_pretrain_epochs: Its epochs.
-        device: Where the policy is trained and left (see
-            :func:`harness.policies.resolve_device`; ``"auto"`` picks CUDA, MPS or the CPU).
-
-    Returns:
-        ``(policy, metrics)``; metrics include the demo file, the BC losses and, with state
-        pretraining, its ``pretrain/...`` figures.
-
-    Raises:
-        ValueError: An invalid task option, or a ``device`` this machine does not have.
-    """
-    import tasks
-    from harness.demos import collect_demos, load_demos
-    from harness.policies import make as make_policy
-
-    torch_device = resolve_device(device)
-    path = demo_file(demo_dir, task, task_options, demos, difficulty)
-    if not path.exists():
-        named = {key: task_options[key] for key in NAMED_DEMO_OPTIONS if key in task_options}
-        collect_demos(path, task, demos, difficulty=difficulty, progress=progress,
-                      obs_mode=named.get("obs_mode", "state"),
-                      camera=named.get("camera", "front"),
-                      image_size=named.get("image_size", 84),
-                      max_episode_steps=named.get("max_episode_steps"),
-                      env_options={key: value for key, value in task_options.items()
-                                   if key not in (*NAMED_DEMO_OPTIONS, "difficulty")})
-    env = tasks.make(task, **task_options)
-    torch.manual_seed(seed)
-    policy = make_policy(policy_config, env.observation_space).to(torch_device)
-    env.close()
-    pretrain_metrics = {}
-    if state_pretrain_episodes > 0:
-        pretrain_metrics = pretrain_state_features(
-            policy, task, task_options, episodes=state_pretrain_episodes,
-            epochs=state_pretrain_epochs, difficulty=difficulty, seed=seed, progress=progress,
-        )
-    metrics = pretrain_bc(policy, load_demos(path), epochs=epochs, seed=seed, progress=progress)
-    metrics.pop("history", None)
-    return policy, {**pretrain_metrics, **metrics, "bc/demo_file": str(path)}
-
-
-def demo_file(
-    demo_dir: str | os.PathLike,
-    task: str,
-    task_options: Mapping[str, Any],
-    demos: int,
-    difficulty: float,
-) -> Path:
-    """The cache file of :func:`cloned_start_policy`'s demos.
-
-    The name shows the main options (``obs_mode``, ``camera``, ``image_size``,
-    ``max_episode_steps``) for a reader, then the first 10 hex digits of the SHA-256 of
-    the JSON of every ``tasks.TaskConfig`` field (defaults filled in, ``difficulty`` set to the
-    demos'), so that demos recorded under other options (``terminate_on_success``,
-    ``randomization``, ``reward_weights``, ``render_quality``...) are never reused, while
-    spelling a default out or leaving it implicit gives the same file.
-
-    Args:
-        demo_dir: The cache folder.
-        task: Task name.
-        task_options: Options of ``tasks.make``.
-        demos: Number of demonstrations.
-        difficulty: Start-state difficulty of the demos.
-
-    Returns:
-        ``<demo_dir>/<task>_<readable options>_<hash>_d<difficulty>_n<demos>.hdf5``.
-
-    Raises:
-        ValueError: An unknown or invalid task option.
-        TypeError: An unknown ``randomization`` field.
-    """
-    import tasks
-
-    config = tasks.TaskConfig.from_options(task, {**task_options,
-                                                  "difficulty": float(difficulty)})
-    canonical = json.dumps(dataclasses.asdict(config), sort_keys=True)
-    digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
-    readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
-                if key in task_options]
-    name = "_".join([task, *readable, digest, f"d{difficulty:g}", f"n{demos}"])
-    return Path(demo_dir) / f"{name}.hdf5"

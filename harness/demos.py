@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 import tasks
+from common.files import atomic_path
 
 MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
 _DEMO_NAME = re.compile(r"demo_(\d+)")
@@ -173,14 +173,10 @@ def collect_demos(
     max_attempts = MAX_TRIES_PER_DEMO * episodes if only_successes else episodes
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A unique name in the same folder (os.replace is atomic only within one file system),
-    # created by h5py so that it gets the usual permissions, unlike a mkstemp file's 0600.
-    tmp_name = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     kept = attempts = successes = total = 0
     bar = tqdm(total=episodes, desc=f"demos {task}", disable=not progress, leave=False)
     try:
-        with h5py.File(tmp_name, "w") as f:
+        with atomic_path(path) as tmp_name, h5py.File(tmp_name, "w") as f:
             data = f.create_group("data")
             while kept < episodes and attempts < max_attempts:
                 episode_seed = seed + attempts
@@ -201,10 +197,6 @@ def collect_demos(
                 )
             data.attrs["env_args"] = env_args_json
             data.attrs["total"] = total
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
     finally:
         bar.close()
         env.close()

@@ -2,30 +2,20 @@
 
 :func:`evaluate` is the generic core: a policy function (observation dict -> action), a factory of
 task environments, held-out seeds and difficulties. Every trainer uses it, for periodic and final
-evaluation, with its own policies; :func:`load_policy` and :func:`evaluate_checkpoint` add the
-checkpoint side (``scripts/evaluate.py``).
-
-**Loading contract.** A checkpoint's metadata names its ``algo``; the module that trains that
-algorithm provides ``load_policy(checkpoint: Path, metadata: dict, device: str, sampled: bool)
--> PolicyFn`` where the policy function takes the task's raw observation dict and returns the
-greedy action, or a sampled one with ``sampled`` (SB3 algorithms:
-:func:`harness.algos.sb3.load_policy`; group algorithms: ``harness.algos.group.load_policy``). A
-module whose checkpoints also hold the frozen start policy sets ``HAS_REFERENCE_POLICY = True``
-and accepts ``reference=True`` to load that one.
+evaluation, with its own policies; ``harness.checkpoints`` adds the checkpoint side
+(``scripts/evaluate.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from harness.stats import wilson_interval
+from common.stats import wilson_interval
 
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 EnvFactory = Callable[[], gym.Env]
@@ -197,99 +187,3 @@ def _frame(env: gym.Env) -> np.ndarray:
         raise ValueError("video requested but the environment renders nothing; build it with "
                          "render_mode='rgb_array'")
     return frame
-
-
-# ------------------------------------------------------------------------------ checkpoints
-def load_policy(
-    checkpoint: Path,
-    metadata: dict[str, Any],
-    device: str = "cpu",
-    sampled: bool = False,
-    reference: bool = False,
-) -> PolicyFn:
-    """Policy function of a checkpoint, by the trainer of its ``algo``.
-
-    Args:
-        checkpoint: The checkpoint file.
-        metadata: Its metadata.
-        device: Torch device.
-        sampled: Sample actions (SB3: ``deterministic=False``; token policies: tokens at
-            temperature 1, what group fine-tuning optimises) instead of the greedy action.
-        reference: Group-trainer checkpoints: the frozen start policy (e.g. the BC policy)
-            stored with the fine-tuned one, to compare both from one file.
-
-    Raises:
-        ValueError: The algorithm's trainer module is not in this checkout, or ``reference``
-            for a checkpoint that holds no reference policy.
-    """
-    from harness.runs import trainer_module
-
-    module = trainer_module(metadata["algo"])
-    if reference:
-        if not getattr(module, "HAS_REFERENCE_POLICY", False):
-            raise ValueError(
-                f"reference=true: a {metadata['algo']} checkpoint holds no reference policy;"
-                " only group-trainer checkpoints (grpo, dr_grpo, rloo, critic, reinforce) do"
-            )
-        return module.load_policy(checkpoint, metadata, device, sampled=sampled, reference=True)
-    return module.load_policy(checkpoint, metadata, device, sampled=sampled)
-
-
-def task_env_factory(metadata: dict[str, Any], render: bool = False) -> EnvFactory:
-    """Factory of the task environment a checkpoint was trained on (raw observations)."""
-    import tasks
-
-    options = metadata["task_options"]
-
-    def factory() -> gym.Env:
-        return tasks.make(metadata["task"], render_mode="rgb_array" if render else None, **options)
-
-    return factory
-
-
-def evaluate_checkpoint(
-    checkpoint: str | Path,
-    episodes: int = 100,
-    difficulties: Sequence[float] | None = None,
-    seed: int | None = None,
-    video_episodes: int = 0,
-    device: str = "cpu",
-    sampled: bool = False,
-    reference: bool = False,
-) -> tuple[EvaluationResult, dict[str, Any]]:
-    """Evaluate a saved checkpoint on the task it was trained on.
-
-    Args:
-        checkpoint: Anything :func:`harness.runs.resolve_checkpoint` accepts.
-        episodes: Episodes per difficulty.
-        difficulties: Defaults to the training run's evaluation difficulties.
-        seed: First episode seed; defaults to the training run's evaluation seed.
-        video_episodes: Episodes to record (frames in ``result.videos``).
-        device: Torch device.
-        sampled: Sample actions instead of taking the greedy one (see :func:`load_policy`);
-            the sampling is seeded by ``seed``, so a rerun gives the same result.
-        reference: Group-trainer checkpoints: evaluate the stored start policy.
-
-    Returns:
-        ``(result, metadata)``.
-
-    Raises:
-        harness.runs.CheckpointError: Missing or corrupt checkpoint.
-        ValueError: ``reference`` for a checkpoint without a reference policy.
-    """
-    from harness.runs import resolve_checkpoint
-
-    path, metadata = resolve_checkpoint(checkpoint)
-    policy_fn = load_policy(path, metadata, device, sampled=sampled, reference=reference)
-    evaluation = metadata.get("evaluation", {})
-    if difficulties is None:
-        difficulties = evaluation.get("difficulties") or [
-            metadata["task_options"].get("difficulty", 1.0)
-        ]
-    if seed is None:
-        seed = int(evaluation.get("seed", 1_000_000))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        result = evaluate(policy_fn, task_env_factory(metadata, render=video_episodes > 0),
-                          episodes, list(difficulties), seed, video_episodes)
-    return result, metadata

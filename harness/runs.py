@@ -1,4 +1,4 @@
-"""Run directories: what a training run writes, and the registry of trainers that write it.
+"""Run directories: what a training run writes, and its crash-safe checkpoints.
 
 A run directory (Hydra's output dir) holds::
 
@@ -15,17 +15,13 @@ a checkpoint holds without loading it: ``{"format": 1, "algo", "task", "task_opt
 "file", "sha256", "num_timesteps", "wall_clock_s", ...}`` plus whatever trainer state the algorithm
 adds. ``scripts/evaluate.py`` dispatches on ``algo``; the sha256 catches a corrupt file.
 
-**Trainers** are looked up by algorithm name in :data:`ALGORITHMS` and called as
-``train(config, run) -> dict`` (the final evaluation's summary, ``env_steps`` included); this
-module adds the bookkeeping and writes ``summary.json``.
+Trainers (``harness.trainers``) write into a :class:`Run`; ``harness.trainers.train`` adds the
+bookkeeping and writes ``summary.json``.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
-import importlib
-import importlib.util
 import io
 import json
 import logging
@@ -42,11 +38,17 @@ from typing import Any, BinaryIO
 import numpy as np
 from omegaconf import OmegaConf
 
-from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig, to_yaml
+from common.files import (
+    atomic_path,
+    atomic_write,
+    atomic_write_text,
+    sha256_of,
+    to_json,
+)
+from harness.config import TrainConfig, to_yaml
 
 log = logging.getLogger(__name__)
 
-TrainFn = Callable[[TrainConfig, "Run"], dict[str, Any]]
 CHECKPOINT_FORMAT = 1
 PENDING = ".next"  # infix of a checkpoint pair being committed (see write_checkpoint)
 METRICS_HEADER = ("step", "time_s", "key", "value")
@@ -55,101 +57,8 @@ VERSIONED_PACKAGES = (
     "hydra-core", "omegaconf",
 )
 
-# Algorithm name -> "module:function" of its trainer, imported only when that algorithm runs.
-ALGORITHMS: dict[str, str] = {
-    **{name: "harness.algos.sb3:train" for name in SB3_ALGOS},
-    **{name: "harness.algos.group:train" for name in GROUP_ALGOS},
-}
-
-
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, unreadable, corrupt or of another run."""
-
-
-def get_trainer(algo: str) -> TrainFn:
-    """The ``train(config, run)`` function of ``algo``.
-
-    Raises:
-        ValueError: Unknown algorithm (lists the choices), or its trainer module is not there yet.
-    """
-    module = trainer_module(algo)
-    return getattr(module, ALGORITHMS[algo].split(":")[1])
-
-
-def trainer_module(algo: str):
-    """The module that trains ``algo`` (its ``train``) and reads its checkpoints
-    (its ``load_policy``).
-
-    Raises:
-        ValueError: Unknown algorithm (lists the choices), or its trainer module is not there yet.
-    """
-    if algo not in ALGORITHMS:
-        raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ALGORITHMS)}")
-    module_name, function = ALGORITHMS[algo].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        raise ValueError(
-            f"algo={algo!r} is trained by {module_name}.{function}, and {module_name} does not "
-            f"exist in this checkout yet; available now: {sorted(available_algorithms())}"
-        ) from None
-    return module
-
-
-def available_algorithms() -> list[str]:
-    """Registered algorithms whose trainer module can be imported."""
-    found = []
-    for name, target in ALGORITHMS.items():
-        if importlib.util.find_spec(target.split(":")[0]) is not None:
-            found.append(name)
-    return found
-
-
-# --------------------------------------------------------------------------- atomic files
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write ``path`` through a temporary file in the same folder and ``os.replace``, so that a
-    reader (or a killed writer) only ever sees the old or the new complete file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`atomic_write` of a UTF-8 text."""
-    atomic_write(path, lambda file: file.write(text.encode()))
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def to_json(value: Any) -> str:
-    """JSON text with numpy values and paths converted."""
-    return json.dumps(value, indent=2, default=_json_default) + "\n"
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -311,22 +220,14 @@ class MetricsWriter:
         self._file.close()
 
 
-def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """``metrics.csv`` as ``{key: [(step, value), ...]}`` in file order."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    with open(path, newline="") as file:
-        for row in csv.DictReader(file):
-            series.setdefault(row["key"], []).append((int(row["step"]), float(row["value"])))
-    return series
-
-
 # ------------------------------------------------------------------------------------- run
 class Run:
     """One run directory and everything written into it.
 
-    Build it with :meth:`open`, which also checks a resume: ``resume_metadata`` then holds the
-    latest checkpoint's metadata, and the clock, the metrics and the TensorBoard events continue
-    from it.
+    Check a resume first with :meth:`checkpoint_to_resume`, which writes nothing: building a
+    ``Run`` writes ``config.yaml`` and, when resuming (``resume_metadata`` holds the latest
+    checkpoint's metadata), drops the metrics logged after that checkpoint, so that the clock,
+    the metrics and the TensorBoard events continue from it.
 
     Args:
         directory: The run directory.
@@ -360,10 +261,11 @@ class Run:
                 purge_step=self.start_step if resume_metadata is not None else None,
             )
 
-    @classmethod
-    def open(cls, directory: str | Path, config: TrainConfig) -> Run:
-        """Open ``directory`` for ``config``: a fresh run, or with ``config.resume`` the
-        continuation of the run there.
+    @staticmethod
+    def checkpoint_to_resume(directory: str | Path,
+                             config: TrainConfig) -> tuple[Path, dict[str, Any]] | None:
+        """The checkpoint a run in ``directory`` continues from (``None`` for a fresh run),
+        checked without writing anything in the directory.
 
         Raises:
             CheckpointError: ``resume=true`` with no readable, intact ``checkpoints/latest`` or
@@ -379,14 +281,14 @@ class Run:
                     f"run dir {directory} already holds a run ({latest}); pass resume=true to "
                     "continue it, or choose another hydra.run.dir"
                 )
-            return cls(directory, config)
+            return None
         if not latest.exists():
             raise CheckpointError(
                 f"resume=true but there is no checkpoint to resume from: {latest} does not exist "
                 f"(run dir {directory}); point hydra.run.dir at the interrupted run's directory, "
                 "or drop resume=true"
             )
-        _, metadata = resolve_checkpoint(latest)
+        file, metadata = resolve_checkpoint(latest)
         expected = {
             "algo": config.algo.name, "task": config.task.name, "policy": config.policy.name,
         }
@@ -396,7 +298,7 @@ class Run:
             raise CheckpointError(
                 f"cannot resume {latest}: it was written by {found}, this run asks for {expected}"
             )
-        return cls(directory, config, resume_metadata=metadata)
+        return file, metadata
 
     # ------------------------------------------------------------------------- bookkeeping
     @property
@@ -461,15 +363,11 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 25) -> None:
     """Encode RGB uint8 frames to an H.264 mp4 with imageio-ffmpeg, atomically."""
     import imageio.v2 as imageio
 
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    try:
-        with imageio.get_writer(tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                                pixelformat="yuv420p", macro_block_size=8) as writer:
-            for frame in frames:
-                writer.append_data(np.asarray(frame, dtype=np.uint8))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, imageio.get_writer(
+            tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
+            macro_block_size=8) as writer:
+        for frame in frames:
+            writer.append_data(np.asarray(frame, dtype=np.uint8))
 
 
 # -------------------------------------------------------------------------------- provenance
@@ -499,46 +397,3 @@ def git_commit() -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-# ------------------------------------------------------------------------------------- app
-def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train ``config`` into ``run_dir`` and write ``summary.json``; the whole app.
-
-    Args:
-        config: The validated configuration.
-        run_dir: The run directory (Hydra's output dir under ``scripts/train.py``).
-
-    Returns:
-        The summary that was written.
-
-    Raises:
-        ValueError: Unknown algorithm or a trainer not in this checkout (before any env starts).
-        CheckpointError: See :meth:`Run.open` (before any env starts).
-    """
-    trainer = get_trainer(config.algo.name)
-    run = Run.open(run_dir, config)
-    try:
-        result = trainer(config, run)
-        env_steps = int(result.get("env_steps", 0))
-        wall_clock = run.elapsed()
-        summary = {
-            "algo": config.algo.name,
-            "task": config.task.name,
-            "seed": config.seed,
-            **result,
-            "env_steps": env_steps,
-            "wall_clock_s": round(wall_clock, 3),
-            "fps": round(env_steps / wall_clock, 1) if wall_clock > 0 else None,
-            "versions": package_versions(),
-            "git": git_commit(),
-            "run_dir": str(run.dir.resolve()),
-        }
-        run.write_summary(summary)
-        log.info("summary: success_rate=%.3f [%.3f, %.3f] after %d env steps in %.0f s -> %s",
-                 summary.get("success_rate", float("nan")),
-                 *summary.get("success_interval", (float("nan"), float("nan"))),
-                 env_steps, wall_clock, run.dir / "summary.json")
-        return summary
-    finally:
-        run.close()

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import tasks
-from harness.runs import atomic_write_text
+from common.files import atomic_write_text
 from success_detectors import CNNDetector, ScriptedDetector, VerifierWrapper, load_detector
 from success_detectors.cnn import SuccessCNN
 

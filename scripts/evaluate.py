@@ -1,11 +1,13 @@
 """Evaluate a saved checkpoint: ``python scripts/evaluate.py checkpoint=<path> episodes=100``.
 
-``checkpoint`` is a run directory (its best checkpoint, else its latest), a ``checkpoints/``
-folder, a checkpoint file or its metadata JSON. The metadata's ``algo`` picks the loader (SB3 for
-ppo/a2c/trpo, ``harness.algos.group`` otherwise). Prints the success rate with its 95% Wilson
-interval, the mean episode length and a per-difficulty table.
+A Hydra app over ``conf/evaluate.yaml`` (``--help`` lists the keys, ``--cfg job`` prints them,
+``-m`` sweeps them). ``checkpoint`` is a run directory (its best checkpoint, else its latest), a
+``checkpoints/`` folder, a checkpoint file or its metadata JSON. The metadata's ``algo`` picks the
+loader (``harness.checkpoints.evaluate_checkpoint``: SB3 for ppo/a2c/trpo,
+``harness.algos.group`` otherwise). Prints the success rate with its 95% Wilson interval, the mean
+episode length and a per-difficulty table.
 
-Options (``key=value``, typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty),
+Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty),
 ``difficulties=[0.5,1.0]`` (default: the training run's), ``seed`` (default: the training run's
 held-out evaluation seed), ``video=<file.mp4>`` (records ``video_episodes`` episodes),
 ``output=<file.json>``, ``device``, ``sampled=true`` (sample actions instead of the greedy ones;
@@ -18,16 +20,26 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from harness.evaluation import evaluate_checkpoint
-from harness.runs import CheckpointError, atomic_write_text, to_json, write_video
+from common.files import atomic_write_text, to_json
+from harness.checkpoints import evaluate_checkpoint
+from harness.policies import resolve_device
+from harness.runs import CheckpointError, write_video
+
+# Absolute, so that the app also finds its configs when this file is imported under another name.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 @dataclass
 class EvaluateConfig:
+    """The primary config of this app (``conf/evaluate.yaml``); see the module docstring."""
+
     checkpoint: str = MISSING
     episodes: int = 100
     difficulties: list[float] | None = None
@@ -39,19 +51,40 @@ class EvaluateConfig:
     sampled: bool = False
     reference: bool = False
 
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes={self.episodes}; must be >= 1")
+        if self.video_episodes < (1 if self.video else 0):
+            raise ValueError(f"video_episodes={self.video_episodes}; must be >= 1 with video=")
+        if self.difficulties is not None:
+            bad = [d for d in self.difficulties if not 0.0 <= d <= 1.0]
+            if not self.difficulties or bad:
+                raise ValueError(f"difficulties={list(self.difficulties)}; need values in [0, 1]"
+                                 " (null: the training run's)")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed={self.seed}; must be >= 0 or null")
+        resolve_device(self.device)
 
-def parse(argv: list[str]) -> EvaluateConfig:
-    """``key=value`` arguments into an :class:`EvaluateConfig` (unknown keys name themselves)."""
-    cfg = OmegaConf.merge(OmegaConf.structured(EvaluateConfig), OmegaConf.from_dotlist(argv))
-    return OmegaConf.to_object(cfg)
+
+ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as this script's error and exit with status 1."""
+    print(f"evaluate.py: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="evaluate")
+def evaluate(cfg: DictConfig) -> None:
+    """Evaluate ``cfg.checkpoint``, print the table, write the video and the results file."""
     try:
-        args = parse(list(sys.argv[1:] if argv is None else argv))
-    except OmegaConfBaseException as error:
-        print(f"evaluate.py: {error}\n{__doc__}", file=sys.stderr)
-        return 2
+        args = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue:
+        fail("checkpoint=<path> is required: a run dir, a checkpoints/ folder, a checkpoint file"
+             " or its metadata JSON")
+    except (OmegaConfBaseException, ValueError) as error:
+        fail(str(error))
     try:
         result, metadata = evaluate_checkpoint(
             args.checkpoint, args.episodes, args.difficulties, args.seed,
@@ -59,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             sampled=args.sampled, reference=args.reference,
         )
     except (CheckpointError, ValueError) as error:
-        print(f"evaluate.py: {error}", file=sys.stderr)
-        return 1
+        fail(str(error))
     low, high = result.success_interval
     which = ("start (reference) policy of " if args.reference else "") + metadata["algo"]
     mode = "sampled" if args.sampled else "greedy"
@@ -79,6 +111,19 @@ def main(argv: list[str] | None = None) -> int:
                   **result.summary()}
         atomic_write_text(Path(args.output), to_json(report))
         print(f"results: {args.output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
+    after an error (a bad key or value, a missing or corrupt checkpoint)."""
+    saved = sys.argv
+    sys.argv = [saved[0], *(saved[1:] if argv is None else argv)]
+    try:
+        evaluate()
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    finally:
+        sys.argv = saved
     return 0
 
 

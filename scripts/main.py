@@ -4,7 +4,7 @@ With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction
 
 1. record scripted-expert demonstrations (once; few, so behaviour cloning stays mediocre);
 2. teach the policy's features the simulator state on noisy-expert frames
-   (``harness.bc.pretrain_state_features``), then behaviour-clone it on the action tokens;
+   (``harness.start_policy.pretrain_state_features``), then behaviour-clone it on the action tokens;
 3. evaluate the BC policy on held-out seeds;
 4. fine-tune it with GRPO (``harness.algos.group``) for ``algo.iterations`` iterations (about
    20 minutes on 2 idle cores; ``max_minutes`` is only a guard, and ``summary.json`` says
@@ -16,47 +16,46 @@ With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction
    ``final_success`` and ``improvement`` in the run's ``summary.json`` and draw the learning
    curve (``learning_curve.png``).
 
-Steps 1-4 run inside the training app (``algo.bc_demos``), so the same pipeline is
-``python scripts/train.py algo=grpo algo.bc_demos=20 ...``. Any training-app override is accepted,
-e.g. ``python scripts/main.py algo=dr_grpo algo.iterations=50``.
+This is the training app (``scripts/train.py``, ``conf/train.yaml``) with ``+experiment=main_job``
+(``conf/experiment/main_job.yaml``) added to the command line, so ``python scripts/train.py
++experiment=main_job`` runs the same training (steps 1-4 and the final evaluation) without the
+table, the curve and the keys added to ``summary.json``; every training-app argument works here:
+``python scripts/main.py seed=1 algo.iterations=50``, ``--cfg job``, ``-m seed=0,1``,
+``hydra.run.dir=<run dir>`` (default ``outputs/main/<date>_<time>``).
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
-import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from common.files import write_json
+from common.plots import learning_curve
 from harness import config as harness_config
-from harness import runs
-from harness.plots import learning_curve
+from harness import trainers
 
-DEFAULT_OVERRIDES = [
-    "task=push", "task.obs_mode=pixels", "task.difficulty=0.0", "task.max_episode_steps=30",
-    "policy=tiny_vla", "algo=grpo", "algo.bc_demos=20", "algo.bc_epochs=60",
-    "algo.state_pretrain_episodes=200", "algo.state_pretrain_epochs=20",
-    "algo.num_start_states=16", "algo.group_size=8", "algo.workers=2",
-    "algo.learning_rate=1e-3", "algo.num_iterations=2", "algo.minibatch_size=32",
-    "algo.zero_signal=drop", "algo.freeze_encoder=true", "algo.iterations=360",
-    "torch_threads=2",
-    "curriculum=fixed", "max_minutes=40", "total_timesteps=100000000",
-    "eval.every_steps=100000", "eval.episodes=50", "eval.final_episodes=100",
-]
+# Absolute, so that the app also finds its configs when this file is imported under another name.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+harness_config.register_configs()
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run directory (default outputs/main/<date_time>)")
-    parser.add_argument("overrides", nargs="*", help="training-app overrides (key=value)")
-    args = parser.parse_args(argv)
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def main_job(cfg: DictConfig) -> float:
+    """Train, then add the before/after figures to ``summary.json``, draw the learning curve
+    and print the table; returns the final greedy success (what a sweeper would maximise)."""
     started = time.perf_counter()
-
-    run_dir = args.out or Path("outputs/main") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    config = harness_config.compose([*DEFAULT_OVERRIDES, *args.overrides])
-    summary = runs.train(config, run_dir)
+    config = harness_config.load(cfg)
+    # Relative to where it runs when it can be (hydra.job.chdir=false), as printed before Hydra.
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if run_dir.is_relative_to(Path.cwd()):
+        run_dir = run_dir.relative_to(Path.cwd())
+    summary = trainers.train(config, run_dir)
 
     summary.update({
         "bc_success": summary["start_success_rate"],
@@ -65,9 +64,9 @@ def main(argv: list[str] | None = None) -> dict:
         "final_success_interval": summary["success_interval"],
         "main_job_wall_clock_s": round(time.perf_counter() - started, 1),
     })
-    runs.atomic_write_text(Path(run_dir) / "summary.json", runs.to_json(summary))
+    write_json(run_dir / "summary.json", summary)
     figure = learning_curve(
-        Path(run_dir) / "metrics.csv", Path(run_dir) / "learning_curve.png",
+        run_dir / "metrics.csv", run_dir / "learning_curve.png",
         baseline=summary["bc_success"],
         title=f"{config.algo.name} fine-tuning of the TinyVLA on {config.task.name}",
     )
@@ -91,7 +90,28 @@ def main(argv: list[str] | None = None) -> dict:
           f"{summary['improvement_p_value']:.2g}; {summary['iterations']} iterations{cut}; "
           f"run dir {run_dir}; learning curve {figure}; "
           f"wall clock {summary['main_job_wall_clock_s']:.0f} s")
-    return summary
+    return summary["final_success"]
+
+
+def with_main_job(args: list[str]) -> list[str]:
+    """``args`` with ``+experiment=main_job`` put before the first override, or first when there
+    is none: Hydra's parser takes the overrides as one run of arguments (``-m seed=0,1``)."""
+    first = next((i for i, arg in enumerate(args) if "=" in arg and not arg.startswith("-")), 0)
+    return [*args[:first], "+experiment=main_job", *args[first:]]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the main job with ``argv`` (default: the command line) after ``+experiment=main_job``.
+
+    Raises:
+        SystemExit: Hydra's exit after ``--help``, or after an error it reported.
+    """
+    saved = sys.argv
+    sys.argv = [saved[0], *with_main_job(saved[1:] if argv is None else list(argv))]
+    try:
+        main_job()
+    finally:
+        sys.argv = saved
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
 """Behaviour-clone a token policy on demonstrations, save it, and report its held-out success.
 
-usage: python scripts/pretrain_bc.py [--demos data/demos/push.hdf5] [--policy tiny_vla|mlp]
-           [--num-bins 11] [--epochs 250] [--lr 3e-3] [--batch-size 32] [--no-augment]
-           [--eval-episodes 50] [--seed 0] [--out outputs/bc/push_tiny_vla.pt]
+usage: python scripts/pretrain_bc.py [demos=data/demos/push.hdf5] [policy=tiny_vla|mlp]
+           [policy.num_bins=11] [policy.hidden=128] [epochs=250] [learning_rate=3e-3]
+           [batch_size=32] [augment=false] [eval_episodes=50] [seed=0]
+           [out=outputs/bc/push_tiny_vla.pt]
+
+A Hydra app over ``conf/pretrain_bc.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
+them, ``-m`` sweeps them); the ``policy`` group is the training app's (token policies only). The
+saved file is what ``algo.init_policy`` of the training app loads.
 
 The policy is sized from the observation space of the environment the demos were recorded in
 (``env_args`` of the demo file) and evaluated there on reset seeds ``10_000 + seed`` onwards,
@@ -11,67 +16,111 @@ which collection (seeds from 0) does not reach with fewer than 10,000 attempts.
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import hydra
 import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from common.files import atomic_write_text
 from harness.bc import evaluate_policy, pretrain_bc
+from harness.config import PolicyConfig
 from harness.demos import load_demos, rebuild_env
-from harness.policies import KINDS, TokenPolicyConfig, make, save_policy
-from harness.runs import atomic_write_text
+from harness.policies import KINDS, make, save_policy
 
 HELD_OUT_SEED_OFFSET = 10_000
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demos", type=Path, default=Path("data/demos/push.hdf5"))
-    parser.add_argument("--policy", default="tiny_vla", choices=KINDS)
-    parser.add_argument("--num-bins", type=int, default=11)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=250)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--val-fraction", type=float, default=0.1)
-    parser.add_argument("--no-augment", action="store_true", help="no random shifts of pixels")
-    parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--out", type=Path, default=Path("outputs/bc/push_tiny_vla.pt"))
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+@dataclass
+class PretrainBCConfig:
+    """The primary config of this app (``conf/pretrain_bc.yaml``).
 
-    demos = load_demos(args.demos)
+    Attributes:
+        demos: HDF5 file of ``scripts/collect_demos.py``.
+        policy: The token policy (the ``policy`` group: ``mlp`` or ``tiny_vla``).
+        epochs: Passes over the training steps.
+        learning_rate: Adam learning rate.
+        batch_size: Steps per gradient step.
+        val_fraction: Share of the episodes held out for the validation loss.
+        augment: Random shifts of pixel observations.
+        eval_episodes: Held-out episodes played after training.
+        seed: Seeds the weights, the training and the held-out episodes.
+        torch_threads: Torch CPU threads.
+        out: The policy file to write (its metrics go beside it, as ``.json``).
+    """
+
+    demos: str = "data/demos/push.hdf5"
+    policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(name="tiny_vla"))
+    epochs: int = 250
+    learning_rate: float = 3e-3
+    batch_size: int = 32
+    val_fraction: float = 0.1
+    augment: bool = True
+    eval_episodes: int = 50
+    seed: int = 0
+    torch_threads: int = 1
+    out: str = "outputs/bc/push_tiny_vla.pt"
+
+    def __post_init__(self) -> None:
+        if self.policy.name not in KINDS:
+            raise ValueError(f"policy={self.policy.name!r}: behaviour cloning trains token "
+                             f"policies; choose one of {KINDS}")
+        for key in ("epochs", "batch_size", "eval_episodes", "torch_threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)}; must be >= 1")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate={self.learning_rate}; must be > 0")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction={self.val_fraction}; must be in [0, 1)")
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed}; must be >= 0")
+
+
+ConfigStore.instance().store(name="pretrain_bc_schema", node=PretrainBCConfig)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="pretrain_bc")
+def main(cfg: DictConfig) -> None:
+    try:
+        config = OmegaConf.to_object(cfg)
+        demos = load_demos(config.demos)
+    except (OmegaConfBaseException, ValueError, OSError) as error:
+        sys.exit(f"pretrain_bc.py: {error}")
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+
     env = rebuild_env(demos.env_args)
-    config = TokenPolicyConfig(kind=args.policy, num_bins=args.num_bins, hidden=args.hidden)
-    policy = make(config, env.observation_space)
-    print(f"{args.policy} policy, {sum(p.numel() for p in policy.parameters()):,} parameters;"
-          f" {demos.num_episodes} demos, {len(demos)} steps from {args.demos}")
+    policy = make(config.policy.token_policy_config(), env.observation_space)
+    print(f"{config.policy.name} policy, {sum(p.numel() for p in policy.parameters()):,}"
+          f" parameters; {demos.num_episodes} demos, {len(demos)} steps from {config.demos}")
 
     metrics = pretrain_bc(
-        policy, demos, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-        seed=args.seed, augment=not args.no_augment, val_fraction=args.val_fraction,
+        policy, demos, epochs=config.epochs, lr=config.learning_rate,
+        batch_size=config.batch_size, seed=config.seed, augment=config.augment,
+        val_fraction=config.val_fraction,
     )
-    save_policy(args.out, policy)
-    print(f"trained {args.epochs} epochs in {metrics['bc/seconds']:.0f} s: train loss"
+    out = Path(config.out)
+    save_policy(out, policy)
+    print(f"trained {config.epochs} epochs in {metrics['bc/seconds']:.0f} s: train loss"
           f" {metrics['bc/train_loss']:.3f}, val loss {metrics['bc/val_loss']:.3f}, val token"
-          f" accuracy {metrics['bc/val_accuracy']:.1%}; saved {args.out}")
+          f" accuracy {metrics['bc/val_accuracy']:.1%}; saved {out}")
 
     start = time.perf_counter()
-    result = evaluate_policy(policy, env, args.eval_episodes,
-                             seed=HELD_OUT_SEED_OFFSET + args.seed)
+    result = evaluate_policy(policy, env, config.eval_episodes,
+                             seed=HELD_OUT_SEED_OFFSET + config.seed)
     env.close()
     print(f"held-out success {result['eval/success_rate']:.1%}"
           f" (95% CI {result['eval/success_low']:.1%}-{result['eval/success_high']:.1%}) over"
-          f" {args.eval_episodes} episodes, mean length {result['eval/mean_length']:.1f}"
+          f" {config.eval_episodes} episodes, mean length {result['eval/mean_length']:.1f}"
           f" ({time.perf_counter() - start:.0f} s)")
     summary = {key: value for key, value in metrics.items() if key != "history"} | result
-    atomic_write_text(args.out.with_suffix(".json"), json.dumps(summary, indent=2))
-    return summary
+    atomic_write_text(out.with_suffix(".json"), json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import config as harness_config
-from harness import runs
+from harness import trainers
 
 harness_config.register_configs()
 
@@ -17,7 +17,7 @@ harness_config.register_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     config = harness_config.load(cfg)
-    summary = runs.train(config, HydraConfig.get().runtime.output_dir)
+    summary = trainers.train(config, HydraConfig.get().runtime.output_dir)
     return summary["success_rate"]
 
 

@@ -116,7 +116,7 @@ class VerifierWrapper(gym.Wrapper):
         if terminate_on_detection and when != "every_step":
             raise ValueError("terminate_on_detection=True needs when='every_step' "
                              "(with when='final' the episode has already ended)")
-        from tasks.base import camera_views  # the env is a task env: tasks is loaded
+        from tasks.rendering import camera_views  # the env is a task env: tasks is loaded
 
         base = env.unwrapped
         task = base.task.name

@@ -2,7 +2,8 @@
 
 ``tasks.make("push", obs_mode="pixels")`` builds an environment; the same tasks are registered
 with Gymnasium as ``harness/Reach-v0``, ``harness/Push-v0``, ``harness/PickPlace-v0`` and
-``harness/DrawerOpen-v0``. See :class:`tasks.base.ManipulationEnv` for the contract.
+``harness/DrawerOpen-v0``. See :class:`tasks.base.ManipulationEnv` for the env contract and
+:class:`tasks.task.Task` for what every task answers (success, success margin, goal region).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import logging  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 
-from tasks.base import ManipulationEnv, RandomizationConfig, Task, TaskConfig  # noqa: E402
+from tasks.base import ManipulationEnv  # noqa: E402
+from tasks.config import TaskConfig  # noqa: E402
 from tasks.drawer import DrawerOpen  # noqa: E402
 from tasks.experts import ScriptedExpert  # noqa: E402
 from tasks.pick_place import PickPlace  # noqa: E402
 from tasks.push import Push  # noqa: E402
+from tasks.randomization import RandomizationConfig  # noqa: E402
 from tasks.reach import Reach  # noqa: E402
 from tasks.snapshot import Snapshot  # noqa: E402
+from tasks.task import Task  # noqa: E402
 
 TASKS: dict[str, type[Task]] = {
     "reach": Reach,

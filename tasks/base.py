@@ -1,15 +1,13 @@
 """The manipulation environment shared by every task.
 
-A task is a :class:`Task` object (scene parts, spawn sampler, success predicate, reward terms,
-expert) plugged into :class:`ManipulationEnv`, which owns the MuJoCo model, the action and
-observation contract, rendering, difficulty and exact snapshots.
+A task is a :class:`tasks.task.Task` object plugged into :class:`ManipulationEnv`, which owns the
+MuJoCo model, the action and observation contract, rendering, difficulty and exact snapshots.
+Options: :class:`tasks.config.TaskConfig`; domain randomisation: :mod:`tasks.randomization`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -17,10 +15,23 @@ import mujoco
 import numpy as np
 
 from tasks import language, scene
-from tasks.rendering import QUALITIES, CameraRenderer
-from tasks.snapshot import Snapshot, get_physics_state, set_physics_state
+from tasks.config import OBS_MODES, TaskConfig, check_difficulty, resolve_difficulty
+from tasks.randomization import DomainRandomizer, RandomizationConfig
+from tasks.rendering import Cameras, camera_views
+from tasks.snapshot import (
+    Snapshot,
+    get_physics_state,
+    model_signature,
+    plain_copy,
+    set_physics_state,
+)
+from tasks.task import Task, distance
 
-OBS_MODES = ("state", "pixels", "pixels_state")
+__all__ = [  # the env, and names other modules import from here
+    "MAX_DELTA", "OBS_MODES", "PROPRIO_DIM", "WORKSPACE_HIGH", "WORKSPACE_LOW", "ManipulationEnv",
+    "RandomizationConfig", "Task", "TaskConfig", "camera_views", "check_difficulty", "distance",
+]
+
 MAX_DELTA = 0.02  # metres of end-effector motion per control step at |action| = 1
 WORKSPACE_LOW = np.array([-0.3, -0.3, 0.0])
 WORKSPACE_HIGH = np.array([0.3, 0.3, 0.35])
@@ -28,172 +39,6 @@ PROPRIO_DIM = 8
 _BADQPOS = int(mujoco.mjtWarning.mjWARN_BADQPOS)
 _BADQVEL = int(mujoco.mjtWarning.mjWARN_BADQVEL)
 _BADQACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
-
-
-@dataclass(frozen=True)
-class RandomizationConfig:
-    """Domain randomisation, off by default. Each range is a multiplicative scale ``[lo, hi]``
-    around the nominal value except ``camera_jitter`` (metres) and ``colour_jitter`` (RGB units).
-
-    Attributes:
-        enabled: Master switch; nothing is randomised when False.
-        friction: Scale of every geom's sliding friction.
-        mass: Scale of the object bodies' masses.
-        damping: Scale of joint damping (fingers, drawer).
-        light: Scale of the lights' diffuse intensity.
-        colour_jitter: Uniform noise added to object colours.
-        camera_jitter: Uniform noise added to the positions of the cameras not on the gripper.
-    """
-
-    enabled: bool = False
-    friction: tuple[float, float] = (0.7, 1.3)
-    mass: tuple[float, float] = (0.7, 1.5)
-    damping: tuple[float, float] = (0.7, 1.3)
-    light: tuple[float, float] = (0.6, 1.4)
-    colour_jitter: float = 0.08
-    camera_jitter: float = 0.01
-
-    def __post_init__(self) -> None:
-        for name in ("friction", "mass", "damping", "light"):
-            lo, hi = getattr(self, name)
-            if not 0 < lo <= hi:
-                raise ValueError(f"randomization.{name}={(lo, hi)}; expected 0 < low <= high")
-        for name in ("colour_jitter", "camera_jitter"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"randomization.{name}={getattr(self, name)}; expected >= 0")
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """Options every task accepts (``tasks.make(name, **options)``).
-
-    Attributes:
-        obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
-        camera: Camera for pixel observations: ``"front"``, ``"side"``, ``"overhead"``,
-            ``"wrist"``, or ``"goal"`` / ``"goal_side"`` (ride on the goal marker; tasks with
-            one only).
-        image_size: Side of the square pixel observation.
-        render_quality: ``"fast"`` (learning cameras) or ``"high"`` (shadows, anti-aliasing).
-        render_size: ``(height, width)`` of ``render()`` frames for videos.
-        timestep: Physics step in seconds.
-        substeps: Physics steps per control step (25 Hz control at the defaults).
-        max_episode_steps: Control steps before ``truncated``; counted by the env so that a
-            snapshot carries it (Gymnasium's ``TimeLimit`` would restart its count on restore).
-        terminate_on_success: End the episode when the success predicate holds.
-        difficulty: Difficulty used when ``reset`` is given none.
-        reward_weights: Overrides of the task's reward-term weights.
-        randomization: Domain randomisation block (off by default).
-    """
-
-    obs_mode: str = "state"
-    camera: str = "front"
-    image_size: int = 84
-    render_quality: str = "fast"
-    render_size: tuple[int, int] = (240, 320)
-    timestep: float = 0.002
-    substeps: int = 20
-    max_episode_steps: int | None = None
-    terminate_on_success: bool = True
-    difficulty: float = 1.0
-    reward_weights: dict[str, float] = field(default_factory=dict)
-    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
-
-    def __post_init__(self) -> None:
-        if self.obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode={self.obs_mode!r}; expected one of {OBS_MODES}")
-        if self.render_quality not in QUALITIES:
-            raise ValueError(f"render_quality={self.render_quality!r}; expected one of {QUALITIES}")
-        if not 8 <= int(self.image_size) <= 480:
-            raise ValueError(f"image_size={self.image_size}; expected 8..480 pixels")
-        if not (self.timestep > 0 and math.isfinite(self.timestep)):
-            raise ValueError(f"timestep={self.timestep}; expected a positive number of seconds")
-        if int(self.substeps) < 1:
-            raise ValueError(f"substeps={self.substeps}; expected >= 1")
-        if self.max_episode_steps is not None and int(self.max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps={self.max_episode_steps}; expected >= 1 or None")
-        check_difficulty(self.difficulty)
-        if isinstance(self.randomization, dict):
-            object.__setattr__(self, "randomization", RandomizationConfig(**self.randomization))
-
-    @classmethod
-    def from_options(cls, task: str, options: dict[str, Any]) -> TaskConfig:
-        """Build from keyword options, naming any unknown key and listing the allowed ones."""
-        allowed = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - allowed)
-        if unknown:
-            raise ValueError(
-                f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
-            )
-        return cls(**options)
-
-
-def distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Euclidean distance of two small vectors (far cheaper than ``np.linalg.norm`` here)."""
-    return math.dist(a.tolist(), b.tolist())
-
-
-def check_difficulty(value: Any) -> float:
-    """Validate a scalar difficulty in [0, 1]."""
-    try:
-        d = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]") from None
-    if not 0.0 <= d <= 1.0:
-        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]")
-    return d
-
-
-class Task:
-    """What the robot must do: scene parts, spawn sampler, success, rewards and expert.
-
-    Subclasses set the class attributes and implement the hooks. Task state that must survive a
-    snapshot lives in ``self.state`` (a dict of plain values and small arrays).
-    """
-
-    name: ClassVar[str]
-    levels: ClassVar[tuple[str, ...]]  # named difficulty parameters, each in [0, 1]
-    reward_weights: ClassVar[dict[str, float]]
-    max_episode_steps: ClassVar[int]
-    state_dim: ClassVar[int]  # length of the task part of the state vector
-
-    def __init__(self) -> None:
-        self.state: dict[str, Any] = {}
-
-    def build(self, spec: mujoco.MjSpec) -> None:
-        """Add the task's objects to the scene."""
-        raise NotImplementedError
-
-    def bind(self, model: mujoco.MjModel) -> None:
-        """Look up ids in the compiled model."""
-
-    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
-        """Place objects and goal with ``env.np_random``; fill ``self.state`` (with instruction)."""
-        raise NotImplementedError
-
-    def observe(self, env: ManipulationEnv) -> np.ndarray:
-        """The task part of the state vector (object poses, goal, relative vectors)."""
-        raise NotImplementedError
-
-    def is_success(self, env: ManipulationEnv) -> bool:
-        """The scripted ground truth: one pure predicate on the simulator state."""
-        raise NotImplementedError
-
-    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
-        """Named dense reward terms; the reward is their weighted sum."""
-        raise NotImplementedError
-
-    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
-        """A privileged scripted controller's action for the current state."""
-        raise NotImplementedError
-
-
-def camera_views(camera: str) -> tuple[str, ...]:
-    """The cameras a camera name stands for: ``"front+side"`` -> ``("front", "side")``.
-
-    Several cameras joined by ``+`` are rendered side by side
-    (:meth:`ManipulationEnv.render_camera`) for multi-view success detectors.
-    """
-    return tuple(camera.split("+"))
 
 
 class ManipulationEnv(gym.Env):
@@ -252,15 +97,13 @@ class ManipulationEnv(gym.Env):
         self.data = mujoco.MjData(self.model)
         self._bind()
         task.bind(self.model)
-        self.camera_names = tuple(
-            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_CAMERA, i)
-            for i in range(self.model.ncam)
-        )
+        self._cameras = Cameras(self.model)
+        self.camera_names = self._cameras.names
         if config.camera not in self.camera_names:
             raise ValueError(f"camera={config.camera!r}; expected one of {self.camera_names}")
         self._camera_id = self.camera_names.index(config.camera)
-        self._nominal = self._randomizable_arrays()
-        self.model_signature = self._structure_signature()
+        self._randomizer = DomainRandomizer(self.model, self.gripper_body)
+        self.model_signature = model_signature(self.model, task.name, config.substeps)
 
         obs_spaces: dict[str, gym.Space] = {}
         if config.obs_mode in ("state", "pixels_state"):
@@ -276,15 +119,11 @@ class ManipulationEnv(gym.Env):
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
-        self._pixel_renderer: CameraRenderer | None = None
-        self._video_renderer: CameraRenderer | None = None
-        self._extra_renderers: dict[tuple[int, str], CameraRenderer] = {}
         self.steps = 0
         self.difficulty = float(config.difficulty)
         self.levels: dict[str, float] = {}
         self.instruction = ""
         self._tokens = np.zeros(language.MAX_TOKENS, np.int64)
-        self._randomization: dict[str, Any] = {}
         self._gripper_cmd = -1.0
         self._needs_reset = True
 
@@ -300,65 +139,10 @@ class ManipulationEnv(gym.Env):
         self._finger_ctrl = [m.actuator(f"finger_{s}").id for s in ("left", "right")]
         assert self._finger_ctrl[1] == self._finger_ctrl[0] + 1, "finger actuators are adjacent"
         self._finger_ctrl_slice = slice(self._finger_ctrl[0], self._finger_ctrl[0] + 2)
-        self._object_bodies = np.array(
-            [b for b in range(m.nbody) if m.body_jntnum[b] > 0 and b != self.gripper_body
-             and m.body_parentid[b] != self.gripper_body], dtype=int,
-        )
-        self._object_geoms = np.flatnonzero(np.isin(m.geom_bodyid, self._object_bodies))
-        # Cameras that do not ride on the robot: on the world body or on a goal's mocap body.
-        self._fixed_cameras = np.flatnonzero(
-            (m.cam_bodyid == 0) | (m.body_mocapid[m.cam_bodyid] >= 0)
-        )
-
-    def _structure_signature(self) -> str:
-        m = self.model
-        names = ",".join(
-            mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, i) or "" for i in range(m.nbody)
-        )
-        text = (
-            f"{self.task.name}|nq={m.nq}|nv={m.nv}|nu={m.nu}|na={m.na}|nbody={m.nbody}|"
-            f"ngeom={m.ngeom}|nmocap={m.nmocap}|dt={m.opt.timestep!r}|"
-            f"substeps={self.config.substeps}|{names}"
-        )
-        return f"{self.task.name}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-
-    def _randomizable_arrays(self) -> dict[str, np.ndarray]:
-        m = self.model
-        return {
-            "geom_friction": m.geom_friction.copy(),
-            "body_mass": m.body_mass.copy(),
-            "dof_damping": m.dof_damping.copy(),
-            "light_diffuse": m.light_diffuse.copy(),
-            "geom_rgba": m.geom_rgba.copy(),
-            "cam_pos": m.cam_pos.copy(),
-        }
 
     def randomization_signature(self) -> str:
         """Hash of the model parameters that domain randomisation changes."""
-        digest = hashlib.sha1()
-        for key, array in self._randomizable_arrays().items():
-            digest.update(key.encode())
-            digest.update(np.ascontiguousarray(array).tobytes())
-        return digest.hexdigest()[:12]
-
-    def _sample_randomization(self) -> dict[str, Any]:
-        r, rng, nominal = self.config.randomization, self.np_random, self._nominal
-        values = {key: array.copy() for key, array in nominal.items()}
-        values["geom_friction"][:, 0] *= rng.uniform(*r.friction)
-        values["body_mass"][self._object_bodies] *= rng.uniform(*r.mass, len(self._object_bodies))
-        values["dof_damping"] *= rng.uniform(*r.damping)
-        values["light_diffuse"] *= rng.uniform(*r.light, (self.model.nlight, 1))
-        rgb = values["geom_rgba"][self._object_geoms, :3]
-        noise = rng.uniform(-r.colour_jitter, r.colour_jitter, rgb.shape)
-        values["geom_rgba"][self._object_geoms, :3] = np.clip(rgb + noise, 0, 1)
-        cams = self._fixed_cameras
-        values["cam_pos"][cams] += rng.uniform(-r.camera_jitter, r.camera_jitter, (len(cams), 3))
-        return values
-
-    def _apply_randomization(self, values: dict[str, Any]) -> None:
-        for key, nominal in self._nominal.items():
-            getattr(self.model, key)[:] = values.get(key, nominal)
-        self._randomization = values
+        return self._randomizer.signature()
 
     # ---------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -375,15 +159,19 @@ class ManipulationEnv(gym.Env):
                 raise ValueError(f"options['snapshot'] is a {type(snapshot).__name__}; "
                                  "expected a tasks.Snapshot from env.unwrapped.snapshot()")
             self._check_structure(snapshot)
-            self._apply_randomization(snapshot.randomization)
+            self._randomizer.apply(snapshot.randomization)
             self.restore(snapshot)
             return self._observe(), self._info(self.task.is_success(self))
 
-        self.difficulty, self.levels = self._resolve_difficulty(options.get("difficulty"))
+        self.difficulty, self.levels = resolve_difficulty(
+            options.get("difficulty"), self.config.difficulty, self.task.name, self.task.levels
+        )
         if self.config.randomization.enabled:
-            self._apply_randomization(self._sample_randomization())
-        elif self._randomization:
-            self._apply_randomization({})
+            self._randomizer.apply(
+                self._randomizer.sample(self.config.randomization, self.np_random)
+            )
+        elif self._randomizer.values:
+            self._randomizer.apply({})
         mujoco.mj_resetData(self.model, self.data)
         self.steps = 0
         self._gripper_cmd = -1.0
@@ -439,10 +227,8 @@ class ManipulationEnv(gym.Env):
     def render(self):
         if self.render_mode != "rgb_array":
             return None
-        if self._video_renderer is None:
-            height, width = self.config.render_size
-            self._video_renderer = CameraRenderer(self.model, height, width, "high")
-        return self._video_renderer.render(self.data, self._camera_id)
+        height, width = self.config.render_size
+        return self._cameras.render(self.data, self._camera_id, height, width, "high")
 
     def render_camera(self, camera: str, size: int | None = None, quality: str | None = None):
         """Render one frame from any named camera (e.g. for detector data or figures).
@@ -451,32 +237,17 @@ class ManipulationEnv(gym.Env):
         square frames are rendered at the same instant and returned side by side, left to right,
         as one ``(size, n * size, 3)`` image (a multi-view detector's input).
         """
-        views = camera_views(camera)
-        unknown = [view for view in views if view not in self.camera_names]
-        if unknown:
-            raise ValueError(f"camera={camera!r}: {unknown} not among {self.camera_names} "
-                             "(join several with '+', e.g. 'front+overhead')")
-        if len(views) > 1:
-            return np.concatenate([self.render_camera(v, size, quality) for v in views], axis=1)
         size = int(size or self.config.image_size)
-        quality = quality or self.config.render_quality
-        key = (size, quality)
-        if key not in self._extra_renderers:
-            self._extra_renderers[key] = CameraRenderer(self.model, size, size, quality)
-        return self._extra_renderers[key].render(self.data, camera)
+        return self._cameras.render_views(self.data, camera, size,
+                                          quality or self.config.render_quality)
 
     def close(self) -> None:
-        for renderer in (self._pixel_renderer, self._video_renderer,
-                         *self._extra_renderers.values()):
-            if renderer is not None:
-                renderer.close()
-        self._pixel_renderer = self._video_renderer = None
-        self._extra_renderers = {}
+        self._cameras.close()
 
     # ------------------------------------------------------------------------- snapshots
     def snapshot(self) -> Snapshot:
         """Capture the complete state: physics, task, step count, difficulty and RNG."""
-        task_state = {key: _plain(value) for key, value in self.task.state.items()}
+        task_state = {key: plain_copy(value) for key, value in self.task.state.items()}
         task_state.update(
             steps=self.steps, difficulty=self.difficulty, levels=dict(self.levels),
             gripper_cmd=self._gripper_cmd,
@@ -487,8 +258,8 @@ class ManipulationEnv(gym.Env):
             randomization_signature=self.randomization_signature(),
             physics=get_physics_state(self.model, self.data),
             task_state=task_state,
-            rng_state=_plain(self.np_random.bit_generator.state),
-            randomization={key: np.array(v) for key, v in self._randomization.items()},
+            rng_state=plain_copy(self.np_random.bit_generator.state),
+            randomization={key: np.array(v) for key, v in self._randomizer.values.items()},
         )
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -512,9 +283,9 @@ class ManipulationEnv(gym.Env):
         self.difficulty = float(state.pop("difficulty"))
         self.levels = dict(state.pop("levels"))
         self._gripper_cmd = float(state.pop("gripper_cmd"))
-        self.task.state = {key: _plain(value) for key, value in state.items()}
+        self.task.state = {key: plain_copy(value) for key, value in state.items()}
         self._set_instruction(self.task.state["instruction"])
-        self.np_random.bit_generator.state = _plain(snapshot.rng_state)
+        self.np_random.bit_generator.state = plain_copy(snapshot.rng_state)
         self._needs_reset = False
 
     def _check_structure(self, snapshot: Snapshot) -> None:
@@ -525,25 +296,6 @@ class ManipulationEnv(gym.Env):
             )
 
     # ---------------------------------------------------------------------------- helpers
-    def _resolve_difficulty(self, value: Any) -> tuple[float, dict[str, float]]:
-        if value is None:
-            value = self.config.difficulty
-        if isinstance(value, dict):
-            unknown = sorted(set(value) - set(self.task.levels))
-            if unknown:
-                raise ValueError(
-                    f"unknown difficulty level(s) {unknown} for task {self.task.name!r}; "
-                    f"levels are {list(self.task.levels)}"
-                )
-            base = check_difficulty(value.get("overall", self.config.difficulty)) \
-                if "overall" in value else self.config.difficulty
-            levels = {name: base for name in self.task.levels}
-            for name, level in value.items():
-                levels[name] = check_difficulty(level)
-            return float(np.mean(list(levels.values()))), levels
-        d = check_difficulty(value)
-        return d, {name: d for name in self.task.levels}
-
     def _check_action(self, action) -> np.ndarray:
         array = np.asarray(action, dtype=np.float64)
         if array.shape != (4,):
@@ -618,11 +370,8 @@ class ManipulationEnv(gym.Env):
         size = int(self.config.image_size)
         if safe:
             return np.zeros((size, size, 3), np.uint8)
-        if self._pixel_renderer is None:
-            self._pixel_renderer = CameraRenderer(
-                self.model, size, size, self.config.render_quality
-            )
-        return self._pixel_renderer.render(self.data, self._camera_id)
+        return self._cameras.render(self.data, self._camera_id, size, size,
+                                    self.config.render_quality)
 
     def _info(self, success: bool) -> dict[str, Any]:
         return {
@@ -647,15 +396,3 @@ class ManipulationEnv(gym.Env):
     def expert_action(self) -> np.ndarray:
         """The task's scripted expert action for the current state (privileged)."""
         return np.asarray(self.task.expert_action(self), dtype=np.float32)
-
-
-def _plain(value: Any) -> Any:
-    """A deep copy made of plain, picklable values (arrays copied)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return value
-

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task, distance
-from tasks.reach import move_towards
+from tasks.experts import move_towards
+from tasks.task import Task, TaskEnv, distance
 
 OPEN_THRESHOLD = 0.10
 
@@ -21,6 +21,11 @@ OPEN_THRESHOLD = 0.10
 def drawer_success(opening: float) -> bool:
     """The drawer's joint position is at least ``OPEN_THRESHOLD`` metres."""
     return bool(opening >= OPEN_THRESHOLD)
+
+
+def drawer_margin(opening: float) -> float:
+    """Metres the drawer still has to open to reach ``OPEN_THRESHOLD`` (negative beyond it)."""
+    return float(OPEN_THRESHOLD - opening)
 
 
 class DrawerOpen(Task):
@@ -38,24 +43,27 @@ class DrawerOpen(Task):
         self.drawer_qvel = int(model.joint("drawer").dofadr[0])
         self.handle_site = model.site("handle").id
 
-    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
+    def reset(self, env: TaskEnv, levels: dict[str, float]) -> None:
         env.data.qpos[self.drawer_qpos] = 0.06 * (1.0 - levels["initial_opening"])
         self.state = {"instruction": "open the drawer"}
 
-    def opening(self, env: ManipulationEnv) -> float:
+    def opening(self, env: TaskEnv) -> float:
         return float(env.data.qpos[self.drawer_qpos])
 
-    def observe(self, env: ManipulationEnv) -> np.ndarray:
+    def observe(self, env: TaskEnv) -> np.ndarray:
         handle = env.data.site_xpos[self.handle_site]
         return np.concatenate((
             handle, handle - env.ee_position,
             (self.opening(env), env.data.qvel[self.drawer_qvel]),
         ))
 
-    def is_success(self, env: ManipulationEnv) -> bool:
+    def is_success(self, env: TaskEnv) -> bool:
         return drawer_success(self.opening(env))
 
-    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
+    def success_margin(self, env: TaskEnv) -> float:
+        return drawer_margin(self.opening(env))
+
+    def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         handle = env.data.site_xpos[self.handle_site]
         return {
             "reach": -distance(env.ee_position, handle),
@@ -63,7 +71,7 @@ class DrawerOpen(Task):
             "success": float(success),
         }
 
-    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
+    def expert_action(self, env: TaskEnv) -> np.ndarray:
         """Hover over the handle half-open, lower the fingers around it, close, pull out."""
         ee = env.ee_position
         handle = env.data.site_xpos[self.handle_site]

@@ -1,12 +1,20 @@
 """Scripted experts: privileged controllers that read the simulator state.
 
-They produce demonstrations and detector training data. Noise comes from the expert's own
-generator so that adding noise never changes the environment's random stream.
+They produce demonstrations and detector training data. Every task's ``expert_action`` steers with
+:func:`move_towards`. Noise comes from the expert's own generator so that adding noise never
+changes the environment's random stream.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from tasks.base import MAX_DELTA
+
+
+def move_towards(ee: np.ndarray, target: np.ndarray, gain: float = 1.0) -> np.ndarray:
+    """Proportional end-effector command towards ``target``, saturated at the action bounds."""
+    return np.clip(gain * (np.asarray(target) - ee) / MAX_DELTA, -1.0, 1.0)
 
 
 class ScriptedExpert:

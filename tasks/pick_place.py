@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task, distance
+from tasks.experts import move_towards
 from tasks.push import HOME, sample_goal
-from tasks.reach import move_towards
+from tasks.task import GoalRegion, Task, TaskEnv, distance
 
 SUCCESS_RADIUS = 0.03
 
@@ -22,6 +22,11 @@ SUCCESS_RADIUS = 0.03
 def place_success(cube: np.ndarray, goal: np.ndarray) -> bool:
     """Cube centre within ``SUCCESS_RADIUS`` of the goal."""
     return distance(cube, goal) < SUCCESS_RADIUS
+
+
+def place_margin(cube: np.ndarray, goal: np.ndarray) -> float:
+    """Metres from the cube centre to the edge of the success ball (negative inside)."""
+    return float(np.linalg.norm(cube - goal) - SUCCESS_RADIUS)
 
 
 def is_grasped(ee: np.ndarray, cube: np.ndarray, finger_opening: float) -> bool:
@@ -44,7 +49,7 @@ class PickPlace(Task):
         self.cube_body = model.body("cube_red").id
         self.goal_mocap = int(model.body("goal").mocapid[0])
 
-    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
+    def reset(self, env: TaskEnv, levels: dict[str, float]) -> None:
         rng = env.np_random
         spread = 0.03 + 0.12 * levels["spawn"]
         cube = HOME + rng.uniform(-spread, spread, 2)
@@ -54,16 +59,22 @@ class PickPlace(Task):
         env.data.mocap_pos[self.goal_mocap] = goal
         self.state = {"goal": goal, "instruction": "pick up the red cube and place it at the goal"}
 
-    def observe(self, env: ManipulationEnv) -> np.ndarray:
+    def observe(self, env: TaskEnv) -> np.ndarray:
         cube = env.data.xpos[self.cube_body]
         goal = self.state["goal"]
         quat = env.data.xquat[self.cube_body]
         return np.concatenate((cube, quat, cube - env.ee_position, goal, goal - cube))
 
-    def is_success(self, env: ManipulationEnv) -> bool:
+    def is_success(self, env: TaskEnv) -> bool:
         return place_success(env.data.xpos[self.cube_body], self.state["goal"])
 
-    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
+    def success_margin(self, env: TaskEnv) -> float:
+        return place_margin(env.data.xpos[self.cube_body], self.state["goal"])
+
+    def goal_region(self) -> GoalRegion:
+        return GoalRegion(self.state["goal"], SUCCESS_RADIUS, needs_object=True)
+
+    def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         cube = env.data.xpos[self.cube_body]
         return {
             "reach": -distance(env.ee_position, cube),
@@ -72,7 +83,7 @@ class PickPlace(Task):
             "success": float(success),
         }
 
-    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
+    def expert_action(self, env: TaskEnv) -> np.ndarray:
         """Hover over the cube, descend open, close, then carry the cube to the goal."""
         ee = env.ee_position
         cube = env.data.xpos[self.cube_body]

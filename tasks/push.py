@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import ManipulationEnv, Task, distance
-from tasks.reach import move_towards
+from tasks.experts import move_towards
+from tasks.task import GoalRegion, Task, TaskEnv, distance
 
 CUBES = ("red", "blue", "yellow")
 SUCCESS_RADIUS = 0.03
@@ -25,6 +25,15 @@ HOME = np.array([0.0, 0.02])  # centre of the spawn region on the table
 def push_success(cube: np.ndarray, goal: np.ndarray) -> bool:
     """Cube centre within ``SUCCESS_RADIUS`` of the goal in x-y, and on the table."""
     return distance(cube[:2], goal[:2]) < SUCCESS_RADIUS and bool(cube[2] < 0.03)
+
+
+def push_margin(cube: np.ndarray, goal: np.ndarray) -> float:
+    """Metres from the cube centre to the edge of the target disc in x-y (negative inside).
+
+    It ignores height: a cube lifted above the target has a negative margin, yet
+    :func:`push_success` also asks that the cube rest on the table.
+    """
+    return float(np.linalg.norm(cube[:2] - goal[:2]) - SUCCESS_RADIUS)
 
 
 def _far_from(point: np.ndarray, others: list[np.ndarray], distance: float) -> bool:
@@ -65,7 +74,7 @@ class Push(Task):
         self.park_welds = [model.equality(f"park_cube_{c}").id for c in CUBES]
         self.goal_mocap = int(model.body("goal").mocapid[0])
 
-    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
+    def reset(self, env: TaskEnv, levels: dict[str, float]) -> None:
         rng = env.np_random
         target = int(rng.integers(len(CUBES)))
         spread = 0.03 + 0.12 * levels["spawn"]
@@ -100,11 +109,11 @@ class Push(Task):
             "instruction": f"push the {CUBES[target]} cube to the green target",
         }
 
-    def cube_position(self, env: ManipulationEnv, index: int | None = None) -> np.ndarray:
+    def cube_position(self, env: TaskEnv, index: int | None = None) -> np.ndarray:
         body = self.cube_bodies[self.state["target"] if index is None else index]
         return env.data.xpos[body]
 
-    def observe(self, env: ManipulationEnv) -> np.ndarray:
+    def observe(self, env: TaskEnv) -> np.ndarray:
         target = self.state["target"]
         cube = self.cube_position(env)
         quat = env.data.xquat[self.cube_bodies[target]]
@@ -112,10 +121,16 @@ class Push(Task):
         others = [env.data.xpos[b] for i, b in enumerate(self.cube_bodies) if i != target]
         return np.concatenate((cube, quat, cube - env.ee_position, goal, goal - cube, *others))
 
-    def is_success(self, env: ManipulationEnv) -> bool:
+    def is_success(self, env: TaskEnv) -> bool:
         return push_success(self.cube_position(env), self.state["goal"])
 
-    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
+    def success_margin(self, env: TaskEnv) -> float:
+        return push_margin(self.cube_position(env), self.state["goal"])
+
+    def goal_region(self) -> GoalRegion:
+        return GoalRegion(self.state["goal"], SUCCESS_RADIUS, planar=True, needs_object=True)
+
+    def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         cube = self.cube_position(env)
         return {
             "reach": -distance(env.ee_position, cube),
@@ -123,7 +138,7 @@ class Push(Task):
             "success": float(success),
         }
 
-    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
+    def expert_action(self, env: TaskEnv) -> np.ndarray:
         """Go behind the cube (seen from the goal), lower the closed gripper, push it along."""
         ee = env.ee_position
         cube = self.cube_position(env)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import scene
-from tasks.base import MAX_DELTA, ManipulationEnv, Task, distance
+from tasks.experts import move_towards
+from tasks.task import GoalRegion, Task, TaskEnv, distance
 
 SUCCESS_RADIUS = 0.03
 
@@ -21,9 +22,9 @@ def reach_success(ee: np.ndarray, goal: np.ndarray) -> bool:
     return distance(ee, goal) < SUCCESS_RADIUS
 
 
-def move_towards(ee: np.ndarray, target: np.ndarray, gain: float = 1.0) -> np.ndarray:
-    """Proportional end-effector command towards ``target``, saturated at the action bounds."""
-    return np.clip(gain * (np.asarray(target) - ee) / MAX_DELTA, -1.0, 1.0)
+def reach_margin(ee: np.ndarray, goal: np.ndarray) -> float:
+    """Metres from the grasp point to the edge of the success ball (negative inside)."""
+    return float(np.linalg.norm(ee - goal) - SUCCESS_RADIUS)
 
 
 class Reach(Task):
@@ -39,7 +40,7 @@ class Reach(Task):
     def bind(self, model) -> None:
         self.goal_mocap = int(model.body("goal").mocapid[0])
 
-    def reset(self, env: ManipulationEnv, levels: dict[str, float]) -> None:
+    def reset(self, env: TaskEnv, levels: dict[str, float]) -> None:
         rng = env.np_random
         distance = 0.05 + 0.15 * levels["goal_distance"]
         direction = rng.normal(size=3)
@@ -50,16 +51,22 @@ class Reach(Task):
         env.data.mocap_pos[self.goal_mocap] = goal
         self.state = {"goal": goal.copy(), "instruction": "reach the green target"}
 
-    def observe(self, env: ManipulationEnv) -> np.ndarray:
+    def observe(self, env: TaskEnv) -> np.ndarray:
         goal = self.state["goal"]
         return np.concatenate((goal, goal - env.ee_position))
 
-    def is_success(self, env: ManipulationEnv) -> bool:
+    def is_success(self, env: TaskEnv) -> bool:
         return reach_success(env.ee_position, self.state["goal"])
 
-    def reward_terms(self, env: ManipulationEnv, success: bool) -> dict[str, float]:
+    def success_margin(self, env: TaskEnv) -> float:
+        return reach_margin(env.ee_position, self.state["goal"])
+
+    def goal_region(self) -> GoalRegion:
+        return GoalRegion(self.state["goal"], SUCCESS_RADIUS)
+
+    def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         return {"distance": -distance(env.ee_position, self.state["goal"]),
                 "success": float(success)}
 
-    def expert_action(self, env: ManipulationEnv) -> np.ndarray:
+    def expert_action(self, env: TaskEnv) -> np.ndarray:
         return np.append(move_towards(env.ee_position, self.state["goal"]), -1.0)

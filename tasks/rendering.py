@@ -1,4 +1,4 @@
-"""Headless rendering: backend choice and a fast camera renderer.
+"""Headless rendering: backend choice, a fast camera renderer and an environment's cameras.
 
 MuJoCo reads ``MUJOCO_GL`` when it is first imported, so :func:`choose_gl_backend` runs from
 ``tasks/__init__.py`` before anything imports ``mujoco``. It keeps a value the user set, else picks
@@ -15,6 +15,8 @@ import ctypes.util
 import os
 import sys
 import warnings
+
+import numpy as np
 
 
 def choose_gl_backend() -> str:
@@ -93,3 +95,61 @@ class CameraRenderer:
 
     def close(self) -> None:
         self._renderer.close()
+
+
+def camera_views(camera: str) -> tuple[str, ...]:
+    """The cameras a camera name stands for: ``"front+side"`` -> ``("front", "side")``.
+
+    Several cameras joined by ``+`` are rendered side by side (:meth:`Cameras.render_views`) for
+    multi-view success detectors.
+    """
+    return tuple(camera.split("+"))
+
+
+class Cameras:
+    """The named cameras of one model, with a renderer per frame size and quality made on first
+    use and kept until :meth:`close`.
+
+    Args:
+        model: The compiled model.
+    """
+
+    def __init__(self, model) -> None:
+        import mujoco
+
+        self.model = model
+        self.names = tuple(
+            mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)
+        )
+        self._renderers: dict[tuple[int, int, str], CameraRenderer] = {}
+
+    def render(self, data, camera: str | int, height: int, width: int, quality: str) -> np.ndarray:
+        """One ``uint8 (height, width, 3)`` frame from one camera (name or id)."""
+        key = (height, width, quality)
+        if key not in self._renderers:
+            self._renderers[key] = CameraRenderer(self.model, height, width, quality)
+        return self._renderers[key].render(data, camera)
+
+    def render_views(self, data, camera: str, size: int, quality: str) -> np.ndarray:
+        """Square frames of the cameras ``camera`` names (``"front+overhead"``), rendered at the
+        same instant and returned side by side, left to right: ``(size, n * size, 3)``.
+
+        Raises:
+            ValueError: A name that is not one of the model's cameras.
+        """
+        views = camera_views(camera)
+        unknown = [view for view in views if view not in self.names]
+        if unknown:
+            raise ValueError(f"camera={camera!r}: {unknown} not among {self.names} "
+                             "(join several with '+', e.g. 'front+overhead')")
+        if len(views) > 1:
+            return np.concatenate(
+                [self.render(data, view, size, size, quality) for view in views], axis=1
+            )
+        return self.render(data, camera, size, size, quality)
+
+    def close(self) -> None:
+        """Free every renderer; later calls make new ones."""
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers = {}

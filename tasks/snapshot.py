@@ -9,6 +9,7 @@ is set a second time after it (:func:`set_physics_state`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,3 +65,29 @@ def set_physics_state(model: mujoco.MjModel, data: mujoco.MjData, physics: bytes
     mujoco.mj_setState(model, data, state, STATE_SPEC)
     mujoco.mj_forward(model, data)
     mujoco.mj_setState(model, data, state, STATE_SPEC)
+
+
+def model_signature(model: mujoco.MjModel, task: str, substeps: int) -> str:
+    """``"<task>:<hash>"`` of the model's structure and physics options: a snapshot restores only
+    into a model with the same signature."""
+    names = ",".join(
+        mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, i) or "" for i in range(model.nbody)
+    )
+    m = model
+    text = (
+        f"{task}|nq={m.nq}|nv={m.nv}|nu={m.nu}|na={m.na}|nbody={m.nbody}|"
+        f"ngeom={m.ngeom}|nmocap={m.nmocap}|dt={m.opt.timestep!r}|"
+        f"substeps={substeps}|{names}"
+    )
+    return f"{task}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def plain_copy(value: Any) -> Any:
+    """A deep copy made of plain, picklable values (arrays copied)."""
+    if isinstance(value, dict):
+        return {k: plain_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_copy(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value

@@ -13,12 +13,10 @@ import torch
 
 import tasks
 from harness.bc import (
-    _split_by_episode,
-    cloned_start_policy,
     evaluate_policy,
     pretrain_bc,
-    pretrain_state_features,
     random_shift,
+    split_by_episode,
     token_cross_entropy,
 )
 from harness.demos import Demos, collect_demos, load_demos, rebuild_env
@@ -29,6 +27,7 @@ from harness.policies import (
     resolve_device,
     tokens_to_actions,
 )
+from harness.start_policy import cloned_start_policy, pretrain_state_features
 
 torch.set_num_threads(1)
 
@@ -196,10 +195,10 @@ def test_token_cross_entropy_by_hand():
 
 def test_split_is_by_whole_episodes():
     episode_ids = np.repeat(np.arange(10), 4)
-    train, val = _split_by_episode(episode_ids, 0.2, seed=0)
+    train, val = split_by_episode(episode_ids, 0.2, seed=0)
     assert len(train) + len(val) == 40 and len(val) == 8
     assert not set(episode_ids[train.numpy()]) & set(episode_ids[val.numpy()])
-    train, val = _split_by_episode(episode_ids, 0.0, seed=0)
+    train, val = split_by_episode(episode_ids, 0.0, seed=0)
     assert len(val) == 0 and len(train) == 40
 
 
@@ -238,7 +237,7 @@ def test_keep_best_val_loss_restores_that_epoch(state_demos):
     assert metrics["bc/kept_epoch"] == metrics["bc/best_epoch"]
     best = min(h["bc/val_loss"] for h in metrics["history"])
     assert metrics["bc/best_val_loss"] == best
-    val_idx = _split_by_episode(state_demos.episode_ids, 0.1, seed=0)[1].numpy()
+    val_idx = split_by_episode(state_demos.episode_ids, 0.1, seed=0)[1].numpy()
     obs = {k: torch.as_tensor(v[val_idx]) for k, v in state_demos.obs.items()}
     with torch.no_grad():
         loss = token_cross_entropy(policy.logits(obs),

@@ -169,52 +169,23 @@ def test_state_dict_round_trip_continues_identically():
     assert cur.metrics() == resumed.metrics()
 
 
-def test_success_table_counts_groups_and_informative_ones_with_the_same_discount():
-    table = SuccessTable(num_bins=2, decay=0.5)
-    table.record(0, np.array([1.0, 0.0]))        # informative group
-    table.record(0, np.array([1.0, 1.0]))        # old counts x 0.5**2, one all-equal group
-    table.record(0, np.array([1.0]))             # a single outcome is no group: x 0.5
-    assert table.groups[0] == pytest.approx((1 * 0.25 + 1) * 0.5)
-    assert table.informative[0] == pytest.approx(1 * 0.25 * 0.5)
-    assert table.successes[0] == pytest.approx(((1 * 0.25) + 2) * 0.5 + 1)
-    assert table.groups[1] == table.informative[1] == 0.0
-
-
 def test_success_table_reset_bin_clears_counts_but_keeps_samples():
     table = SuccessTable(num_bins=2, decay=1.0)
     table.record(0, np.array([1.0, 0.0, 0.0]))
     table.record(1, np.array([1.0, 1.0]))
     table.reset_bin(0)
     assert table.successes[0] == table.failures[0] == 0.0
-    assert table.groups[0] == table.informative[0] == 0.0
     assert table.samples.tolist() == [3, 2]
     assert table.estimate() == pytest.approx([0.5, 3 / 4])  # bin 1 untouched: (2 + 1) / (2 + 2)
-    assert table.groups[1] == 1.0
 
 
-def test_observed_signal_prefers_bins_whose_groups_split():
-    """Two bins at p = 0.5: in bin 0 every start state is all-or-nothing (groups never split), in
-    bin 1 every group splits. The Bernoulli weight cannot tell them apart; the observed one can,
-    as (informative + prior * formula) / (groups + prior)."""
-    curricula = {signal: make("success_band", initial_frontier=1, explore=0.0, signal=signal,
-                              decay=1.0) for signal in ("bernoulli", "observed")}
-    for cur in curricula.values():
-        for _ in range(10):
-            cur.update(0.05, [1, 1, 1, 1])
-            cur.update(0.05, [0, 0, 0, 0])
-            cur.update(0.15, [1, 0, 1, 0])
-    assert curricula["bernoulli"].bin_probabilities()[:2] == pytest.approx([0.5, 0.5])
-    formula = signal_probability(0.5, 8)     # both bins estimate p = 41 / 82 = 21 / 42 = 0.5
-    weights = np.array([(0 + formula) / (20 + 1), (10 + formula) / (10 + 1)])
-    assert curricula["observed"].bin_probabilities()[:2] == pytest.approx(
-        weights / weights.sum())
-    # state written before group counts were kept still loads (counts start at zero)
-    state = curricula["observed"].state_dict()
-    for key in ("groups", "informative"):
-        del state["table"][key]
-    fresh = make("success_band", initial_frontier=1, signal="observed")
-    fresh.load_state_dict(state)
-    assert fresh.table.groups.sum() == 0.0 and fresh.table.samples[0] == 80
+def test_success_table_loads_a_state_holding_the_group_counts_of_older_versions():
+    table = SuccessTable(num_bins=2)
+    table.record(0, np.array([1.0, 0.0]))
+    old_state = {**table.state_dict(), "groups": [1.0, 0.0], "informative": [1.0, 0.0]}
+    resumed = SuccessTable(num_bins=2)
+    resumed.load_state_dict(old_state)
+    assert resumed.state_dict() == table.state_dict()
 
 
 # --- fixed, uniform, linear ------------------------------------------------------------------
@@ -251,38 +222,6 @@ def test_reset_options_with_and_without_adr_key():
     assert cur.reset_options(0.25) == {"difficulty": {"friction_range": 0.25}}
 
 
-# --- multi-task ------------------------------------------------------------------------------
-
-
-def test_multi_task_keeps_bins_per_task():
-    cur = make("success_band", tasks=["push", "lift"], seed=0)
-    rng = np.random.default_rng(0)
-    tasks_seen = set()
-    for _ in range(60):
-        task, d = cur.sample()
-        tasks_seen.add(task)
-        p = 1.0 if task == "push" else 0.0
-        cur.update(d, rng.random(GROUP_SIZE) < p, task=task)
-    assert tasks_seen == {"push", "lift"}
-    assert cur.curricula["push"].frontier_bin > 0
-    assert cur.curricula["lift"].frontier_bin == 0
-    m = cur.metrics()
-    assert "curriculum/push/bin_0_success" in m and "curriculum/lift/frontier" in m
-    assert m["curriculum/signal_fraction"] == 0.0
-
-    resumed = make("success_band", tasks=["push", "lift"], seed=9)
-    resumed.load_state_dict(json.loads(json.dumps(cur.state_dict())))
-    assert [cur.sample() for _ in range(10)] == [resumed.sample() for _ in range(10)]
-
-
-def test_multi_task_update_needs_a_known_task():
-    cur = make("uniform", tasks=["push"])
-    with pytest.raises(ValueError, match=r"task must be one of \['push'\], got 'lift'"):
-        cur.update(0.5, [True], task="lift")
-    with pytest.raises(ValueError, match="got None"):
-        cur.update(0.5, [True])
-
-
 # --- bad inputs ------------------------------------------------------------------------------
 
 
@@ -303,10 +242,6 @@ def test_multi_task_update_needs_a_known_task():
         ("success_band", {"explore": 1.1}, r"explore must be in \[0, 1\], got 1.1"),
         ("success_band", {"initial_frontier": 10}, r"initial_frontier .* \[0, 9\], got 10"),
         ("success_band", {"decay": 0.0}, r"decay must be in \(0, 1\], got 0.0"),
-        ("success_band", {"signal": "entropy"},
-         r"signal must be one of \('bernoulli', 'observed'\), got 'entropy'"),
-        ("success_band", {"tasks": []}, "tasks must be a non-empty list of distinct names"),
-        ("success_band", {"tasks": ["a", "a"]}, r"distinct names, got \['a', 'a'\]"),
     ],
 )
 def test_make_rejects_bad_parameters(name, params, match):
@@ -326,11 +261,6 @@ def test_make_rejects_bad_parameters(name, params, match):
 def test_update_rejects_bad_inputs(difficulty, successes, match):
     with pytest.raises(ValueError, match=match):
         make("success_band").update(difficulty, successes)
-
-
-def test_single_task_update_rejects_a_task():
-    with pytest.raises(ValueError, match="this curriculum has no tasks, got task='push'"):
-        make("fixed").update(1.0, [True], task="push")
 
 
 def test_registry_lists_every_curriculum():

@@ -1,4 +1,4 @@
-"""Oracle tests for harness.algos.objectives against numbers worked out by hand."""
+"""Oracle tests for harness.objectives against numbers worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.algos.objectives import (
+from harness.objectives import (
     AGGREGATIONS,
     ESTIMATORS,
     group_advantages,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.stats import (
+from common.stats import (
     mcnemar_exact,
     paired_difference_interval,
     paired_summary,

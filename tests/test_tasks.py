@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
@@ -18,6 +19,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import tasks
 from tasks import language
 from tasks.base import OBS_MODES
+from tasks.push import CUBES
 
 TASK_NAMES = sorted(tasks.TASKS)
 
@@ -211,6 +213,94 @@ def test_reward_is_weighted_sum_of_named_terms(name):
         if terminated:
             break
     assert terminated, "the expert should finish within 60 steps"
+
+
+# ------------------------------------------------------------------ success margin, goal region
+# Conditions a predicate adds to "margin < 0", each a function of the env.
+EXTRA_SUCCESS_CONDITIONS = {
+    "push": lambda env: env.task.cube_position(env)[2] < 0.03,  # the cube rests on the table
+}
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_success_margin_is_negative_exactly_when_the_predicate_holds(name):
+    """``margin < 0`` agrees with ``is_success`` on every state visited, with the task's extra
+    condition where the predicate has one (push: ``success == margin < 0 and on the table``)."""
+    env = tasks.make(name, terminate_on_success=False, max_episode_steps=60)
+    extra = EXTRA_SUCCESS_CONDITIONS.get(name, lambda env: True)
+    inside = outside = 0
+    for seed in range(6):
+        env.reset(seed=seed, options={"difficulty": 0.0})
+        expert = tasks.ScriptedExpert(env, noise=0.2, seed=seed)
+        rng = np.random.default_rng(seed)
+        switch = int(rng.integers(20, 60))  # the expert reaches success, random actions undo it
+        for step in range(60):
+            env.step(expert() if step < switch else rng.uniform(-1, 1, 4))
+            margin, success = env.task.success_margin(env), env.task.is_success(env)
+            assert isinstance(margin, float)
+            assert success == (margin < 0 and extra(env)), (seed, step, margin)
+            inside += success
+            outside += not success
+    assert inside > 20 and outside > 20, (inside, outside)
+
+
+@pytest.mark.parametrize("name, offset, margin, success", [
+    ("push", (0.04, 0.0, 0.0), 0.01, False),
+    ("push", (0.0, -0.02, 0.0), -0.01, True),
+    ("push", (0.02, 0.0, 0.08), -0.01, False),  # over the target, but lifted off the table
+    ("pick_place", (0.0, 0.0, 0.04), 0.01, False),
+    ("pick_place", (0.012, 0.0, -0.016), -0.01, True),  # 0.012^2 + 0.016^2 = 0.02^2
+    ("reach", (0.0, 0.05, 0.0), 0.02, False),
+    ("reach", (0.0, 0.0, -0.02), -0.01, True),
+])
+def test_success_margin_of_hand_placed_states(name, offset, margin, success):
+    """The measured point ``offset`` metres from the goal: margin = |offset| - 3 cm (push: in
+    x-y only)."""
+    env = tasks.make(name)
+    env.reset(seed=0, options={"difficulty": 0.0})
+    task = env.task
+    if name == "reach":  # the goal moves: the grasp point stays where the gripper is
+        task.state["goal"] = env.ee_position - np.array(offset)
+    else:
+        cube = f"cube_{CUBES[task.state['target']]}" if name == "push" else "cube_red"
+        env.set_free_body(cube, task.state["goal"] + np.array(offset))
+        mujoco.mj_forward(env.model, env.data)
+    assert task.success_margin(env) == pytest.approx(margin, abs=1e-9)
+    assert task.is_success(env) == success
+
+
+@pytest.mark.parametrize("opening, margin, success", [
+    (0.07, 0.03, False), (0.0999, 0.0001, False), (0.10, 0.0, True), (0.12, -0.02, True),
+])
+def test_drawer_margin_is_the_opening_still_missing(opening, margin, success):
+    env = tasks.make("drawer_open")
+    env.reset(seed=0)
+    env.data.qpos[env.task.drawer_qpos] = opening
+    assert env.task.success_margin(env) == pytest.approx(margin, abs=1e-12)
+    assert env.task.is_success(env) == success
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_goal_region_and_aiming_the_expert_elsewhere(name):
+    env = tasks.make(name)
+    env.reset(seed=0)
+    region = env.task.goal_region()
+    if name == "drawer_open":
+        assert region is None  # success is an opening, not a place
+        return
+    np.testing.assert_array_equal(region.goal, env.task.state["goal"])
+    assert region.radius == 0.03
+    assert region.planar == (name == "push")
+    assert region.needs_object == (name != "reach")  # reach: the gripper itself is measured
+    true_goal = env.task.state["goal"].copy()
+    action = env.expert_action()
+    with env.task.aiming_at(true_goal + np.array([0.0, 0.15, 0.05])):
+        aimed = env.expert_action()
+    np.testing.assert_array_equal(env.task.state["goal"], true_goal)
+    if name == "reach":  # the reach expert heads straight for whatever goal it is given
+        assert not np.array_equal(action, aimed)
+    with env.task.aiming_at(None):
+        np.testing.assert_array_equal(env.expert_action(), action)
 
 
 def test_terminate_on_success_can_be_turned_off():

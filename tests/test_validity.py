@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import tasks
+from common.files import read_metrics
 from harness import config as harness_config
-from harness import runs
+from harness import trainers
 from harness.config import ConfigError
-from harness.runs import read_metrics
 
 FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.1", "task.max_episode_steps=15",
@@ -34,7 +34,7 @@ def compose(*overrides):
 
 def train(tmp_path, name, *overrides):
     config = compose(*overrides)
-    return runs.train(config, tmp_path / name), read_metrics(tmp_path / name / "metrics.csv")
+    return trainers.train(config, tmp_path / name), read_metrics(tmp_path / name / "metrics.csv")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_sb3_curriculum_learns_from_the_verifier_not_the_ground_truth(tmp_path, 
         "total_timesteps=128", "eval.every_steps=0", "eval.final_episodes=2",
         "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
     ])
-    runs.train(config, tmp_path / "run")
+    trainers.train(config, tmp_path / "run")
     metadata = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     table = metadata["trainer_state"]["curriculum"]["table"]
     truth = [value for _, value in read_metrics(tmp_path / "run" / "metrics.csv")[
@@ -332,7 +332,7 @@ def test_time_guard_is_recorded(tmp_path):
 
 
 def test_device_auto_trains_and_checkpoints_load_on_the_cpu(tmp_path):
-    from harness.evaluation import evaluate_checkpoint
+    from harness.checkpoints import evaluate_checkpoint
 
     summary, _ = train(tmp_path, "run", "algo.iterations=1", "device=auto")
     assert summary["device"] == "cpu"  # this machine has no accelerator

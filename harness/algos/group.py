@@ -11,7 +11,7 @@ One iteration, in the order of the papers (Shao et al. 2024; Liu et al. 2025):
    groups whose advantages are all zero carry no signal and are counted, and kept, dropped or
    re-sampled (``algo.zero_signal``);
 5. ``num_iterations`` epochs of minibatch updates of the clipped surrogate
-   (``harness.algos.objectives.policy_loss``) against the sampling policy, with an optional k3 KL
+   (``harness.objectives.policy_loss``) against the sampling policy, with an optional k3 KL
    penalty to a frozen copy of the starting policy.
 
 Evaluation: the start policy and the final policy play the same test seeds (``eval.seed``),
@@ -31,151 +31,24 @@ import io
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 import tasks
+from common.stats import paired_summary
 from harness import curriculum as curricula
+from harness.algos.collect import build_detector, collect_groups, rollout_metrics
 from harness.algos.group_update import GroupTrainer
-from harness.algos.rollouts import RolloutBatch, RolloutPool
-from harness.config import MAX_RESAMPLE_ROUNDS, TRAIN_SEED_STRIDE
+from harness.algos.hooks import Schedule, TimeGuard, better, score
+from harness.algos.rollouts import RolloutPool
+from harness.config import MAX_RESAMPLE_ROUNDS
 from harness.policies import TokenPolicy, build_policy, obs_to_batch, resolve_device
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
-from harness.stats import paired_summary
+from harness.runs import CheckpointError
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------- scoring
-def _score(rollout: RolloutBatch, detector) -> tuple[np.ndarray, dict[str, float]]:
-    """Binary reward per attempt from the verifier, and its error rates against ground truth."""
-    truth = rollout.success
-    if detector is None:
-        return truth.astype(np.float32), {}
-    verdict = np.asarray(detector({"pixels": rollout.final_frames}), dtype=bool)
-    positives, negatives = max(1, int(truth.sum())), max(1, int((~truth).sum()))
-    return verdict.astype(np.float32), {
-        "detector/false_positive_rate": float((verdict & ~truth).sum() / negatives),
-        "detector/false_negative_rate": float((~verdict & truth).sum() / positives),
-        "detector/agreement": float((verdict == truth).mean()),
-    }
-
-
-def _build_detector(cfg):
-    """The learned detector of ``reward=verifier``; ``None`` means the scripted predicate, read
-    from each attempt's ``info["is_success"]``. The config has already refused a learned
-    detector without ``reward=verifier`` or with ``task.terminate_on_success``."""
-    name = (cfg.detector or {}).get("name", "scripted")
-    if name == "scripted":
-        return None
-    import success_detectors
-
-    return success_detectors.make(cfg.detector, task=cfg.task.name)
-
-
-@dataclass
-class Collected:
-    """The groups of one iteration, scored, with their advantages and what is trained on.
-
-    Attributes:
-        rollout: Every attempt played (re-sampling rounds included).
-        rewards: ``(A,)`` verifier rewards.
-        advantages: ``(A,)`` by the run's estimator.
-        keep: ``(groups,)`` bool, groups the update trains on.
-        signal_groups: Groups whose advantages are not all zero.
-        mixed_groups: Groups whose outcomes are not all equal.
-        groups: Groups played.
-        verifier: ``detector/...`` error rates of a learned verifier, averaged over rounds.
-    """
-
-    rollout: RolloutBatch
-    rewards: np.ndarray
-    advantages: torch.Tensor
-    keep: np.ndarray
-    signal_groups: int
-    mixed_groups: int
-    groups: int
-    verifier: dict[str, float]
-
-
-def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, starts_env,
-                   detector, iteration: int, start_counter: int) -> tuple[Collected, int]:
-    """Roll out, score and weigh one iteration's groups; feed the curriculum the verdicts.
-
-    With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
-    ``MAX_RESAMPLE_ROUNDS`` rounds, until ``num_start_states`` groups carry signal.
-
-    Returns:
-        The collected groups and the updated count of start states drawn (it seeds them).
-    """
-    algo = cfg.algo
-    parts: list[tuple[RolloutBatch, np.ndarray, torch.Tensor, np.ndarray]] = []
-    signal_total = mixed_total = groups_total = 0
-    verifier_rounds: list[dict[str, float]] = []
-    rounds = MAX_RESAMPLE_ROUNDS if algo.zero_signal == "resample" else 1
-    for round_ in range(rounds):
-        needed = algo.num_start_states
-        if algo.zero_signal == "resample":
-            needed -= sum(int(part[3].sum()) for part in parts)
-        if needed <= 0:
-            break
-        jobs = []
-        for group in range(needed):
-            difficulty = float(curriculum.sample())
-            starts_env.reset(seed=(cfg.seed + 1) * TRAIN_SEED_STRIDE + start_counter,
-                             options=curriculum.reset_options(difficulty))
-            start_counter += 1
-            jobs += [(starts_env.snapshot(), group, difficulty)] * algo.group_size
-        rollout = pool.run(trainer.policy, jobs, algo.temperature,
-                           seed=cfg.seed * 1_000_003 + iteration * 17 + round_)
-        rewards, verifier = _score(rollout, detector)
-        if verifier:
-            verifier_rounds.append(verifier)
-        advantages = trainer.advantages(rollout, rewards)
-        signal = trainer.group_has_signal(advantages)
-        grouped = rewards.reshape(-1, algo.group_size)
-        for group, outcomes in enumerate(grouped):
-            curriculum.update(float(rollout.difficulty[group * algo.group_size]),
-                              outcomes.tolist())
-        signal_total += int(signal.sum())
-        mixed_total += int((grouped.max(axis=1) > grouped.min(axis=1)).sum())
-        groups_total += len(signal)
-        keep = signal if algo.zero_signal in ("drop", "resample") else np.ones_like(signal)
-        parts.append((rollout, rewards, advantages, keep))
-    keep = np.concatenate([part[3] for part in parts])
-    if algo.zero_signal == "resample" and keep.sum() > algo.num_start_states:
-        keep[np.flatnonzero(keep)[algo.num_start_states:]] = False
-    collected = Collected(
-        rollout=RolloutBatch.concat([part[0] for part in parts]),
-        rewards=np.concatenate([part[1] for part in parts]),
-        advantages=torch.cat([part[2] for part in parts]),
-        keep=keep, signal_groups=signal_total, mixed_groups=mixed_total, groups=groups_total,
-        verifier={k: float(np.mean([v[k] for v in verifier_rounds]))
-                  for k in (verifier_rounds[0] if verifier_rounds else {})},
-    )
-    return collected, start_counter
-
-
-def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
-    """``rollout/...`` and ``detector/...`` metrics of one iteration."""
-    rollout, groups = collected.rollout, max(1, collected.groups)
-    return {
-        "rollout/success_rate": float(rollout.success.mean()),
-        "rollout/verifier_success_rate": float(collected.rewards.mean()),
-        "rollout/signal_fraction": collected.signal_groups / groups,
-        "rollout/zero_signal_fraction": 1.0 - collected.signal_groups / groups,
-        "rollout/mixed_outcome_fraction": collected.mixed_groups / groups,
-        "rollout/mean_length_steps": float(rollout.lengths.mean()),
-        "rollout/mean_length_tokens": float(rollout.lengths.mean() * action_dim),
-        "rollout/attempts": float(len(rollout.lengths)),
-        "rollout/difficulty_mean": float(rollout.difficulty.mean()),
-        "time/env_s": rollout.timing["env"], "time/policy_s": rollout.timing["policy"],
-        **collected.verifier,
-    }
 
 
 # ------------------------------------------------------------------------------ policies
@@ -198,17 +71,54 @@ def load_policy(checkpoint, metadata: dict[str, Any], device: str = "cpu",
     """Policy function of a group-trainer checkpoint, on ``device`` whichever device wrote it:
     greedy tokens, or sampled at the run's temperature (``sampled``); the fine-tuned policy, or
     the frozen start policy (``reference``)."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = read_checkpoint(checkpoint)
     policy = _policy_from_checkpoint(state, "reference" if reference else "policy")
     temperature = float(state.get("temperature", 1.0))
     return _policy_fn(policy.to(resolve_device(device)).eval(), sampled, temperature)
 
 
+def read_checkpoint(path) -> dict[str, Any]:
+    """The state a group-trainer checkpoint holds, read with ``torch.load(weights_only=True)``:
+    tensors and plain Python values only, so a crafted file cannot run code when it is loaded.
+
+    Raises:
+        CheckpointError: The file is unreadable or holds anything else.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and torch raise many types for a bad file
+        raise CheckpointError(f"checkpoint {path} could not be loaded safely (tensors and plain "
+                              f"values only): {error}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it holds a "
+                              f"{type(state).__name__}, not a dict of fields")
+    missing = [key for key in ("policy_config", "obs_shapes", "trainer") if key not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it lacks "
+                              f"{missing}")
+    return state
+
+
+def validate_checkpoint(checkpoint, metadata: dict[str, Any]) -> None:
+    """Load a checkpoint to resume from, fully, before the run directory is touched.
+
+    Raises:
+        CheckpointError: It cannot be read safely, or its networks cannot be rebuilt.
+    """
+    state = read_checkpoint(checkpoint)
+    try:
+        for which in ("policy", "reference"):
+            _policy_from_checkpoint(state, which)
+        for key in ("curriculum", "iteration", "env_steps", "start"):
+            state[key]  # noqa: B018 - presence check
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint} cannot be resumed: {error!r}") from None
+
+
 def _policy_from_checkpoint(state: dict[str, Any], which: str = "policy") -> TokenPolicy:
     from harness.policies import TokenPolicyConfig
 
-    saved = {"image_features": "avg_pool", **state["policy_config"]}  # older checkpoints
-    policy = build_policy(TokenPolicyConfig(**saved),
+    policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
                           {k: tuple(v) for k, v in state["obs_shapes"].items()})
     policy.load_state_dict(state["trainer"][which])
     return policy
@@ -225,7 +135,7 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
                              f"{cfg.policy.name!r}")
         return policy, {}
     if algo.bc_demos > 0:
-        from harness.bc import cloned_start_policy
+        from harness.start_policy import cloned_start_policy
 
         return cloned_start_policy(
             cfg.task.name, cfg.task.env_options(), cfg.policy.token_policy_config(),
@@ -270,20 +180,21 @@ def train(cfg, run) -> dict[str, Any]:
     probe = tasks.make(cfg.task.name, **task_options)
     starts_env = tasks.make(cfg.task.name, **{**task_options, "obs_mode": "state"})
     iteration = env_steps = start_counter = 0
-    best = -1.0
+    best: dict[str, float] | None = None
+    evaluation = Schedule(cfg.eval.every_steps)
+    checkpointing = Schedule(cfg.checkpoint_every_steps)
     start: dict[str, Any] = {}
     start_outcomes: list[bool] = []
     resume_state = None
     if run.resume_metadata is not None:  # the checkpoint holds the weights and the reference
-        resume_state = torch.load(run.checkpoints_dir / "latest.pt", map_location="cpu",
-                                  weights_only=False)
+        resume_state = read_checkpoint(run.checkpoints_dir / "latest.pt")
         policy = _policy_from_checkpoint(resume_state)
     else:
         policy, start = _initial_policy(cfg, probe.observation_space, device)
     trainer = GroupTrainer(cfg, policy, device)
     trainer.max_tokens = probe.max_episode_steps * policy.config.action_dim
     curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed, **cfg.curriculum_params())
-    detector = _build_detector(cfg)
+    detector = build_detector(cfg)
     verifier_view = (detector.camera, int(detector.image_size)) if detector is not None else None
 
     if resume_state is not None:
@@ -291,9 +202,14 @@ def train(cfg, run) -> dict[str, Any]:
         curriculum.load_state_dict(resume_state["curriculum"])
         iteration, env_steps = resume_state["iteration"], resume_state["env_steps"]
         best, start = resume_state["best"], resume_state["start"]
+        if isinstance(best, float):  # checkpoints that kept the success rate alone
+            best = None if best < 0 else {"success_rate": best, "mean_return": -math.inf}
         start_outcomes = list(resume_state.get("start_outcomes", []))
         start_counter = resume_state.get(
             "start_counter", iteration * algo.num_start_states * MAX_RESAMPLE_ROUNDS)
+        schedules = resume_state.get("schedules", {})
+        evaluation.load_state_dict(schedules.get("evaluation"))
+        checkpointing.load_state_dict(schedules.get("checkpoint"))
         log.info("resumed at iteration %d, %d env steps", iteration, env_steps)
 
     attempts_per_iteration = algo.num_start_states * algo.group_size
@@ -307,7 +223,7 @@ def train(cfg, run) -> dict[str, Any]:
         return lambda: tasks.make(cfg.task.name, render_mode="rgb_array" if render else None,
                                   **task_options)
 
-    def save(name: str, evaluation: dict | None = None) -> None:
+    def save(name: str, result=None) -> None:
         state = {
             "policy_config": dataclasses.asdict(policy.config),
             "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
@@ -315,6 +231,8 @@ def train(cfg, run) -> dict[str, Any]:
             "iteration": iteration, "env_steps": env_steps, "best": best, "start": start,
             "start_outcomes": start_outcomes, "start_counter": start_counter,
             "temperature": algo.temperature,
+            "schedules": {"evaluation": evaluation.state_dict(),
+                          "checkpoint": checkpointing.state_dict()},
         }
 
         def write(handle) -> None:
@@ -325,8 +243,8 @@ def train(cfg, run) -> dict[str, Any]:
         extra = {"iteration": iteration,
                  "evaluation": {"difficulties": eval_difficulties, "seed": cfg.eval.seed,
                                 "validation_seed": cfg.eval.validation_seed}}
-        if evaluation:
-            extra["validation_success_rate"] = evaluation["success_rate"]
+        if result is not None:
+            extra["validation_success_rate"] = result.success_rate
         run.save_checkpoint(name, ".pt", write, run.checkpoint_metadata(env_steps, **extra))
 
     def play(which: TokenPolicy, seed: int, episodes: int, sampled: bool = False,
@@ -358,20 +276,13 @@ def train(cfg, run) -> dict[str, Any]:
         start_outcomes = [e.success for e in before.episodes]
         run.log({k: v for k, v in start.items() if isinstance(v, (int, float))}, 0)
         save("latest")
-    next_eval = env_steps + cfg.eval.every_steps if cfg.eval.every_steps else None
-    last_checkpoint = env_steps
-    limit_s = cfg.max_minutes * 60 if cfg.max_minutes else None
-    time_limit_reached = False
+    guard = TimeGuard(run, cfg.max_minutes)
     bar = tqdm(total=algo.iterations, initial=iteration, unit="it",
                desc=f"{algo.name} {cfg.task.name}", disable=not cfg.logger.progress_bar,
                dynamic_ncols=True)
     try:
         while iteration < algo.iterations and env_steps < cfg.total_timesteps:
-            if limit_s is not None and run.elapsed() > limit_s:
-                time_limit_reached = True
-                log.warning("max_minutes=%s cut the run short at iteration %d of %d (%d env "
-                            "steps): a time guard, so the result depends on the machine",
-                            cfg.max_minutes, iteration, algo.iterations, env_steps)
+            if guard.expired(env_steps):
                 break
             t0 = time.perf_counter()
             collected, start_counter = collect_groups(cfg, pool, trainer, curriculum, starts_env,
@@ -389,17 +300,17 @@ def train(cfg, run) -> dict[str, Any]:
                 "time/iteration": float(iteration),
                 **curriculum.metrics(),
             })
-            if next_eval is not None and env_steps >= next_eval:
+            if evaluation.due(env_steps):
                 result = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
                 metrics.update(result.metrics("eval"))
-                next_eval = env_steps + cfg.eval.every_steps
-                if result.success_rate > best:
-                    best = result.success_rate
-                    save("best", {"success_rate": result.success_rate})
+                evaluation.advance(env_steps)
+                if better(result, best):
+                    best = score(result)
+                    save("best", result)
             run.log(metrics, env_steps)
-            if env_steps - last_checkpoint >= cfg.checkpoint_every_steps:
+            if checkpointing.due(env_steps):
+                checkpointing.advance(env_steps)
                 save("latest")
-                last_checkpoint = env_steps
             bar.update(1)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
                             signal=f"{metrics['rollout/signal_fraction']:.2f}",
@@ -413,12 +324,12 @@ def train(cfg, run) -> dict[str, Any]:
 
     # The best checkpoint is chosen on validation seeds only; without periodic evaluations
     # there is no validation, and the last policy is the best one.
-    if next_eval is not None:
+    if cfg.eval.every_steps:
         validation = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
         run.log(validation.metrics("eval"), env_steps)
-        if validation.success_rate > best:
-            best = validation.success_rate
-            save("best", {"success_rate": validation.success_rate})
+        if better(validation, best):
+            best = score(validation)
+            save("best", validation)
     else:
         save("best")
     final, final_sampled = test_both(
@@ -436,7 +347,6 @@ def train(cfg, run) -> dict[str, Any]:
         **final.summary(), "sampled_success_rate": final_sampled.success_rate,
         "sampled_success_interval": list(final_sampled.success_interval),
         **start, **paired, "env_steps": env_steps, "iterations": iteration,
-        "time_limit_reached": time_limit_reached,
-        "seed_ranges": cfg.seed_ranges(), "device": str(device),
-        "best_validation_success_rate": best if next_eval is not None else None,
+        "time_limit_reached": guard.reached,
+        "seed_ranges": cfg.seed_ranges(), "device": str(device), "best_eval": best,
     }

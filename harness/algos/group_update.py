@@ -2,7 +2,7 @@
 
 :class:`GroupTrainer` holds the policy being fine-tuned, the frozen reference policy (its starting
 weights), the optimiser and the minibatch generator, all on the run's ``device``. The maths are
-the pure functions of :mod:`harness.algos.objectives`; this module turns a
+the pure functions of :mod:`harness.objectives`; this module turns a
 :class:`~harness.algos.rollouts.RolloutBatch` into their tensors.
 
 Every log-probability (the sampling policy's ``old_logp``, the policy's at each step, the
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.algos.objectives import group_advantages, kl_k3, policy_loss
 from harness.algos.rollouts import RolloutBatch
+from harness.objectives import group_advantages, kl_k3, policy_loss
 from harness.policies import TokenPolicy, obs_to_batch
 
 log = logging.getLogger(__name__)

@@ -5,10 +5,8 @@ selection, the curriculum's difficulty), :class:`~stable_baselines3.common.callb
 subclasses (curriculum, periodic evaluation, checkpoints, verifier error rates, wall-clock limit)
 and a logger output that writes SB3's metrics into the run directory.
 
-Observations: ``policy=mlp`` reads the ``state`` vector (plus the instruction tokens when
-``policy.use_instruction``), flattened into one ``Box`` for SB3's ``MlpPolicy``; ``policy=cnn``
-keeps a ``Dict`` of ``pixels`` (NatureCNN), ``proprio`` and, in ``pixels_state`` mode, ``state``
-for ``MultiInputPolicy``.
+Observations and environments: :mod:`harness.algos.sb3_envs`; callbacks and the logger output:
+:mod:`harness.algos.sb3_callbacks`.
 
 Success: SB3 turns ``info["is_success"]`` at episode ends into ``rollout/success_rate``; with
 ``reward=verifier`` the task's ground truth stays in ``info["is_success"]``, the detector's
@@ -20,10 +18,8 @@ final one the test seeds, greedy (``success_rate``) and sampled (``sampled_succe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +29,25 @@ import torch
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import VecEnv
 
 import tasks
 from harness import curriculum as curricula
-from harness.config import OBS_MODE_KEYS, TRAIN_SEED_STRIDE, TrainConfig
+from harness.algos.hooks import Schedule, TimeGuard, better, score
+from harness.algos.sb3_callbacks import (
+    CurriculumCallback,
+    EvalCheckpointCallback,
+    TimeLimitCallback,
+    VerifierMetricsCallback,
+    make_logger,
+)
+from harness.algos.sb3_envs import (
+    SelectObservation,
+    make_vec_env,
+    observation_spec,
+    select_observation,
+)
+from harness.config import TRAIN_SEED_STRIDE, TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn, evaluate
 from harness.runs import CheckpointError, Run
 
@@ -64,247 +72,6 @@ def algorithm_class(name: str) -> type[BaseAlgorithm]:
     raise ValueError(f"unknown SB3 algo {name!r}; choose one of ('ppo', 'a2c', 'trpo')")
 
 
-# ------------------------------------------------------------------------------ observations
-def observation_spec(policy: str, obs_mode: str, use_instruction: bool) -> dict[str, Any]:
-    """Which observation keys the SB3 policy reads, and whether they are flattened.
-
-    Returns:
-        ``{"keys": [...], "flatten": bool}`` (stored in checkpoint metadata).
-    """
-    keys = ["state"] if policy == "mlp" else list(OBS_MODE_KEYS[obs_mode])
-    if use_instruction:
-        keys.append("instruction")
-    return {"keys": keys, "flatten": policy == "mlp"}
-
-
-def select_observation(
-    obs: dict[str, np.ndarray], keys: list[str], flatten: bool
-) -> np.ndarray | dict[str, np.ndarray]:
-    """The part of a task observation an SB3 policy reads, in ``keys`` order."""
-    if flatten:
-        return np.concatenate([np.asarray(obs[k], np.float32).ravel() for k in keys])
-    return {k: obs[k] for k in keys}
-
-
-class SelectObservation(gym.ObservationWrapper):
-    """Keeps ``keys`` of the task's ``Dict`` observation; ``flatten`` concatenates them into one
-    float32 ``Box`` (for ``MlpPolicy``)."""
-
-    def __init__(self, env: gym.Env, keys: list[str], flatten: bool) -> None:
-        super().__init__(env)
-        self.keys, self.flatten = list(keys), flatten
-        spaces = env.observation_space.spaces
-        if flatten:
-            low = np.concatenate([np.broadcast_to(spaces[k].low, spaces[k].shape).ravel()
-                                  for k in self.keys]).astype(np.float32)
-            high = np.concatenate([np.broadcast_to(spaces[k].high, spaces[k].shape).ravel()
-                                   for k in self.keys]).astype(np.float32)
-            self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
-        else:
-            self.observation_space = gym.spaces.Dict({k: spaces[k] for k in self.keys})
-
-    def observation(self, observation: dict[str, np.ndarray]):
-        return select_observation(observation, self.keys, self.flatten)
-
-
-class CurriculumWrapper(gym.Wrapper):
-    """Plays the difficulty the curriculum (in the main process) chose for the next episode.
-
-    SB3's vector envs reset finished episodes by themselves inside ``step``, so the main process
-    sets the options of the *next* reset ahead of time (``set_next_episode``, through
-    ``env_method``); ``info["curriculum_difficulty"]`` reports what the episode played.
-    """
-
-    def __init__(self, env: gym.Env, difficulty: float, options: dict[str, Any]) -> None:
-        super().__init__(env)
-        self._next = (float(difficulty), dict(options))
-        self._current = self._next[0]
-
-    def set_next_episode(self, difficulty: float, options: dict[str, Any]) -> None:
-        """Reset options (``curriculum.reset_options(difficulty)``) of the next episode."""
-        self._next = (float(difficulty), dict(options))
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        self._current, chosen = self._next
-        return self.env.reset(seed=seed, options={**chosen, **(options or {})})
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        info["curriculum_difficulty"] = self._current
-        return obs, reward, terminated, truncated, info
-
-
-def make_env_factory(
-    config: TrainConfig, difficulty: float, reset_options: dict[str, Any]
-) -> Callable[[], gym.Env]:
-    """Factory of one training environment: task (+ verifier reward), observation selection,
-    curriculum, ``Monitor``. Runs inside a worker process when ``n_envs > 1``."""
-    spec = observation_spec(config.policy.name, config.task.obs_mode, config.policy.use_instruction)
-
-    def factory() -> gym.Env:
-        torch.set_num_threads(1)  # one torch thread per worker
-        env: gym.Env = tasks.make(config.task.name, **config.task.env_options())
-        if config.reward == "verifier":
-            env = verifier_wrapper(env, config)
-        env = SelectObservation(env, spec["keys"], spec["flatten"])
-        env = CurriculumWrapper(env, difficulty, reset_options)
-        return Monitor(env)
-
-    return factory
-
-
-def verifier_wrapper(env: gym.Env, config: TrainConfig) -> gym.Env:
-    """Wrap ``env`` so that the detector of ``config.detector`` gives the reward."""
-    import success_detectors
-    from success_detectors.wrappers import VerifierWrapper
-
-    detector = success_detectors.make(dict(config.detector), task=config.task.name)
-    verifier = config.verifier
-    return VerifierWrapper(env, detector, when=verifier.when, mode=verifier.mode,
-                           terminate_on_detection=verifier.terminate_on_detection)
-
-
-def make_vec_env(config: TrainConfig, curriculum) -> VecEnv:
-    """``n_envs`` training environments: subprocesses when more than one."""
-    factories = []
-    for _ in range(config.n_envs):
-        difficulty = curriculum.sample()
-        factories.append(make_env_factory(config, difficulty, curriculum.reset_options(difficulty)))
-    if config.n_envs == 1:
-        return DummyVecEnv(factories)
-    return SubprocVecEnv(factories)
-
-
-# ------------------------------------------------------------------------------------ logging
-class RunOutputFormat(KVWriter):
-    """SB3 logger output that writes into the run directory (metrics.csv, TensorBoard)."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-
-    def write(
-        self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0
-    ) -> None:
-        self.run.log(key_values, step)
-
-    def close(self) -> None:
-        """The run closes its own files."""
-
-
-def make_logger(run: Run, console: bool) -> Logger:
-    """SB3 logger writing into ``run`` (and a table on stdout with ``console``)."""
-    formats: list[KVWriter] = [RunOutputFormat(run)]
-    if console:
-        formats.append(HumanOutputFormat(sys.stdout))
-    return Logger(folder=str(run.dir), output_formats=formats)
-
-
-# ---------------------------------------------------------------------------------- callbacks
-class CurriculumCallback(BaseCallback):
-    """Feeds finished episodes to the curriculum and chooses the next difficulty of that env.
-
-    The outcome is the reward's: the verifier's verdict (``info["verifier_success"]``) when a
-    verifier gives the reward, else the ground truth ``info["is_success"]``. The vector env has
-    already reset the finished env when ``_on_step`` runs, so a choice made here plays from that
-    env's following episode: the schedule lags one episode per env.
-
-    Args:
-        curriculum: The run's curriculum.
-        run: The run (for its metrics).
-        outcome_key: The ``info`` key of an episode's outcome.
-    """
-
-    def __init__(self, curriculum, run: Run, outcome_key: str = "is_success") -> None:
-        super().__init__()
-        self.curriculum = curriculum
-        self.run = run
-        self.outcome_key = outcome_key
-
-    def _on_step(self) -> bool:
-        for index, done in enumerate(self.locals["dones"]):
-            if not done:
-                continue
-            info = self.locals["infos"][index]
-            if self.outcome_key not in info:
-                raise KeyError(f"episode ended without info[{self.outcome_key!r}]; the verifier "
-                               "wrapper must score the last step (verifier.when)")
-            self.curriculum.update(info["curriculum_difficulty"],
-                                   [bool(info[self.outcome_key])])
-            difficulty = self.curriculum.sample()
-            self.training_env.env_method(
-                "set_next_episode", difficulty, self.curriculum.reset_options(difficulty),
-                indices=[index],
-            )
-        return True
-
-    def _on_rollout_end(self) -> None:
-        if not isinstance(self.curriculum, curricula.FixedCurriculum):
-            self.run.log(self.curriculum.metrics(), self.num_timesteps)
-
-
-class VerifierMetricsCallback(BaseCallback):
-    """Logs the verifier's error rates against the ground truth (``detector/...``) over each
-    rollout, from the verdict counts of every environment added up."""
-
-    def __init__(self, run: Run) -> None:
-        super().__init__()
-        self.run = run
-
-    def _on_step(self) -> bool:
-        return True
-
-    def _on_rollout_end(self) -> None:
-        from success_detectors.wrappers import DetectorCounts
-
-        counts = sum(self.training_env.get_attr("counts"), DetectorCounts())
-        self.training_env.env_method("error_rates", reset=True)  # the next rollout counts afresh
-        self.run.log(counts.error_rates(), self.num_timesteps)
-
-
-class TimeLimitCallback(BaseCallback):
-    """Stops training after ``seconds`` of wall-clock time in this process: a guard, since a
-    budget in time makes results depend on the machine; ``reached`` says whether it acted."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self._deadline = float("inf")
-        self.reached = False
-
-    def _on_training_start(self) -> None:
-        self._deadline = time.perf_counter() + self.seconds
-
-    def _on_step(self) -> bool:
-        if time.perf_counter() >= self._deadline:
-            self.reached = True
-            log.warning("max_minutes cut the run short at %d env steps", self.num_timesteps)
-        return not self.reached
-
-
-class EvalCheckpointCallback(BaseCallback):
-    """At rollout starts (when every collected step has been trained on): periodic deterministic
-    evaluation on held-out seeds (``best`` checkpoint on improvement, a video) and the ``latest``
-    checkpoint; both checkpoints carry the curriculum and this callback's state for a resume."""
-
-    def __init__(self, trainer: SB3Trainer) -> None:
-        super().__init__()
-        self.trainer = trainer
-
-    def _on_step(self) -> bool:
-        return True
-
-    def _on_rollout_start(self) -> None:
-        steps = self.num_timesteps
-        trainer = self.trainer
-        if trainer.eval_every and steps >= trainer.next_eval_step:
-            trainer.periodic_evaluation(steps)
-            trainer.next_eval_step = (steps // trainer.eval_every + 1) * trainer.eval_every
-        if steps >= trainer.next_checkpoint_step:
-            trainer.save("latest")
-            every = trainer.config.checkpoint_every_steps
-            trainer.next_checkpoint_step = (steps // every + 1) * every
-
-
 # ------------------------------------------------------------------------------------ trainer
 class SB3Trainer:
     """Builds the algorithm, environments and callbacks of one run, trains and evaluates.
@@ -322,53 +89,33 @@ class SB3Trainer:
         self.curriculum = curricula.make(
             config.curriculum.name, seed=config.seed, **config.curriculum_params()
         )
-        self.eval_every = config.eval.every_steps
+        self.evaluation = Schedule(config.eval.every_steps)
+        self.checkpointing = Schedule(config.checkpoint_every_steps)
         self.eval_difficulties = list(config.eval.difficulties) or [config.task.difficulty]
-        self.next_eval_step = self.eval_every
-        self.next_checkpoint_step = config.checkpoint_every_steps
         self.best: dict[str, float] | None = None
-        self.time_limit = (TimeLimitCallback(60.0 * config.max_minutes)
-                           if config.max_minutes is not None else None)
+        self.guard = TimeGuard(run, config.max_minutes)
         resume = run.resume_metadata
         if resume is not None:
             state = resume["trainer_state"]
             self.curriculum.load_state_dict(state["curriculum"])
-            self.next_eval_step = int(state["next_eval_step"])
-            self.next_checkpoint_step = int(state["next_checkpoint_step"])
+            self.evaluation.load_state_dict({"next_step": state["next_eval_step"]})
+            self.checkpointing.load_state_dict({"next_step": state["next_checkpoint_step"]})
             self.best = state["best"]
         self.env = make_vec_env(config, self.curriculum)
         self.model = self._build_model()
 
     def _build_model(self) -> BaseAlgorithm:
-        config, cls = self.config, algorithm_class(self.config.algo.name)
+        config = self.config
+        model = build_model(config.algo.name, dataclasses.asdict(config.policy), self.env,
+                            config.device, seed=config.seed, **config.algo.sb3_kwargs())
         resume = self.run.resume_metadata
         if resume is not None:
             path = self.run.checkpoints_dir / resume["file"]
-            try:
-                model = cls.load(path, env=self.env, device=config.device)
-            except Exception as error:  # SB3 raises many types for a damaged zip
-                raise CheckpointError(f"checkpoint {path} could not be loaded: {error!r}") from None
+            load_weights(model, path, config.device)
+            model.num_timesteps = int(resume["num_timesteps"])
             # A fresh stream of episodes: same seeds would replay the start of the first session.
             model.set_random_seed((config.seed + 1) * TRAIN_SEED_STRIDE + model.num_timesteps)
             log.info("resuming %s from %s at step %d", config.algo.name, path, model.num_timesteps)
-        else:
-            policy = config.policy
-            policy_kwargs: dict[str, Any] = {
-                "net_arch": list(policy.net_arch),
-                "activation_fn": ACTIVATIONS[policy.activation],
-                "log_std_init": policy.log_std_init,
-            }
-            if policy.name == "cnn":
-                policy_kwargs["features_extractor_kwargs"] = {"cnn_output_dim": policy.features_dim}
-            model = cls(
-                "MlpPolicy" if self.obs_spec["flatten"] else "MultiInputPolicy",
-                self.env,
-                seed=config.seed,
-                device=config.device,
-                verbose=0,
-                policy_kwargs=policy_kwargs,
-                **config.algo.sb3_kwargs(),
-            )
         model.set_logger(make_logger(self.run, self.config.logger.console))
         return model
 
@@ -403,11 +150,8 @@ class SB3Trainer:
 
     def consider_best(self, result: EvaluationResult) -> None:
         """Save ``best`` when ``result`` beats the best evaluation so far (success, then return)."""
-        score = {"success_rate": result.success_rate, "mean_return": result.mean_return}
-        if self.best is None or (score["success_rate"], score["mean_return"]) > (
-            self.best["success_rate"], self.best["mean_return"]
-        ):
-            self.best = score
+        if better(result, self.best):
+            self.best = score(result)
             self.save("best")
 
     # ------------------------------------------------------------------------- checkpoints
@@ -421,8 +165,8 @@ class SB3Trainer:
                         "difficulties": self.eval_difficulties},
             trainer_state={
                 "curriculum": self.curriculum.state_dict(),
-                "next_eval_step": self.next_eval_step,
-                "next_checkpoint_step": self.next_checkpoint_step,
+                "next_eval_step": self.evaluation.next_step,
+                "next_checkpoint_step": self.checkpointing.next_step,
                 "best": self.best,
             },
         )
@@ -438,8 +182,8 @@ class SB3Trainer:
         ]
         if verifier:
             callbacks.append(VerifierMetricsCallback(self.run))
-        if self.time_limit is not None:
-            callbacks.append(self.time_limit)
+        if self.guard.limit_s is not None:
+            callbacks.append(TimeLimitCallback(self.guard))
         return CallbackList(callbacks)
 
     def log_interval(self) -> int:
@@ -462,7 +206,7 @@ class SB3Trainer:
         self.save("latest")  # before the final evaluation: a failure there loses no training
         # ``best`` is chosen on the validation seeds only; without periodic evaluations there
         # is no validation, and the last policy is the best one.
-        if self.eval_every:
+        if self.evaluation.every:
             self.consider_best(self.periodic_evaluation(steps))
         else:
             self.save("best")
@@ -480,7 +224,7 @@ class SB3Trainer:
             "sampled_success_interval": list(sampled.success_interval),
             "env_steps": steps,
             "best_eval": self.best,
-            "time_limit_reached": bool(self.time_limit and self.time_limit.reached),
+            "time_limit_reached": self.guard.reached,
             "seed_ranges": config.seed_ranges(),
             "device": str(self.model.device),
             "checkpoints": {"latest": "checkpoints/latest.zip", "best": "checkpoints/best.zip"},
@@ -488,7 +232,7 @@ class SB3Trainer:
 
 
 def train(config: TrainConfig, run: Run) -> dict[str, Any]:
-    """Train an SB3 baseline (``harness.runs.ALGORITHMS`` entry of ppo, a2c and trpo)."""
+    """Train an SB3 baseline (the ``harness.trainers.TRAINERS`` entry of ppo, a2c and trpo)."""
     torch.set_num_threads(config.torch_threads)
     return SB3Trainer(config, run).train()
 
@@ -508,17 +252,72 @@ def make_policy_fn(
     return act
 
 
+def build_model(algo: str, policy: dict[str, Any], env: gym.Env | VecEnv, device: str,
+                seed: int | None = None, **algo_kwargs: Any) -> BaseAlgorithm:
+    """A fresh SB3 model of ``algo`` with the network the ``policy`` group's fields describe."""
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": list(policy["net_arch"]),
+        "activation_fn": ACTIVATIONS[policy["activation"]],
+        "log_std_init": policy["log_std_init"],
+    }
+    if policy["name"] == "cnn":
+        policy_kwargs["features_extractor_kwargs"] = {"cnn_output_dim": policy["features_dim"]}
+    flat = isinstance(env.observation_space, gym.spaces.Box)
+    return algorithm_class(algo)("MlpPolicy" if flat else "MultiInputPolicy", env, seed=seed,
+                                 device=device, verbose=0, policy_kwargs=policy_kwargs,
+                                 **algo_kwargs)
+
+
+def load_weights(model: BaseAlgorithm, checkpoint: Path, device: str) -> None:
+    """Load the weights and optimiser state of an SB3 zip into ``model``.
+
+    Only the zip's tensor files are read, with ``torch.load(weights_only=True)``; its ``data``
+    entry, which SB3 would unpickle with cloudpickle (and so run any code a crafted file holds),
+    is never deserialised: the model is rebuilt from the run's own configuration instead.
+
+    Raises:
+        CheckpointError: The zip is damaged or holds other networks than ``model``.
+    """
+    try:
+        model.set_parameters(str(checkpoint), exact_match=True, device=device)
+    except Exception as error:  # zipfile, torch and SB3 raise many types for a damaged zip
+        raise CheckpointError(f"checkpoint {checkpoint} could not be loaded: {error!r}") from None
+
+
+def validate_checkpoint(checkpoint: Path, metadata: dict[str, Any]) -> None:
+    """Read a checkpoint to resume from, safely, before the run directory is touched: every
+    tensor file of the zip loads with ``weights_only=True``.
+
+    Raises:
+        CheckpointError: The zip is damaged or holds something else.
+    """
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    try:
+        _, params, _ = load_from_zip_file(str(checkpoint), load_data=False, device="cpu")
+    except Exception as error:  # zipfile, torch and SB3 raise many types for a damaged zip
+        raise CheckpointError(f"checkpoint {checkpoint} could not be loaded: {error!r}") from None
+    if "policy" not in params:
+        raise CheckpointError(f"checkpoint {checkpoint} holds no policy weights "
+                              f"(found {sorted(params)})")
+
+
 def load_policy(
     checkpoint: Path, metadata: dict[str, Any], device: str = "cpu", sampled: bool = False
 ) -> PolicyFn:
-    """Policy function of an SB3 checkpoint (the ``harness.evaluation`` loading contract).
+    """Policy function of an SB3 checkpoint (the ``harness.checkpoints`` loading contract): the
+    network is rebuilt from the metadata's ``policy``, task and observation fields and only its
+    weights are read from the zip (:func:`load_weights`).
 
     Raises:
         CheckpointError: The zip cannot be loaded.
     """
-    cls = algorithm_class(metadata["algo"])
+    spec = metadata["observation"]
+    env = SelectObservation(tasks.make(metadata["task"], **metadata["task_options"]),
+                            spec["keys"], spec["flatten"])
     try:
-        model = cls.load(checkpoint, device=device)
-    except Exception as error:  # SB3 raises many types for a damaged zip
-        raise CheckpointError(f"checkpoint {checkpoint} could not be loaded: {error!r}") from None
-    return make_policy_fn(model, metadata["observation"], sampled)
+        model = build_model(metadata["algo"], metadata["policy"], env, device)
+    finally:
+        env.close()
+    load_weights(model, checkpoint, device)
+    return make_policy_fn(model, spec, sampled)

@@ -6,17 +6,19 @@ import torch
 from gymnasium import spaces
 
 from harness.policies.token_policy import (
-    KINDS,
     MLPTokenPolicy,
     TinyVLA,
     TokenPolicy,
-    TokenPolicyConfig,
-    actions_to_tokens,
     build_policy,
     load_policy,
+    save_policy,
+)
+from harness.policies.tokens import (
+    KINDS,
+    TokenPolicyConfig,
+    actions_to_tokens,
     obs_shapes_from_space,
     obs_to_batch,
-    save_policy,
     tokens_to_actions,
 )
 

@@ -15,164 +15,28 @@ numpy observations from an environment into such a dict.
 from __future__ import annotations
 
 import os
-import tempfile
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from common.files import atomic_write
+from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
+    IMAGE_FEATURES,
+    KINDS,
+    ObsShapes,
+    TokenPolicyConfig,
+    obs_shapes_from_space,
+    tokens_to_actions,
+)
 from tasks.language import PAD, VOCAB_SIZE
 
-KINDS: tuple[str, ...] = ("mlp", "tiny_vla")
-IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
 CHECKPOINT_FORMAT = 1
-
-ObsShapes = dict[str, tuple[int, ...]]
-
-
-# --- discretisation ---------------------------------------------------------------------------
-
-
-def actions_to_tokens(actions: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
-    """Index of the nearest of ``num_bins`` bin centres ``linspace(-1, 1, num_bins)``.
-
-    Args:
-        actions: Float actions of any shape; values outside ``[-1, 1]`` go to the end bins.
-        num_bins: ``K >= 2``.
-
-    Returns:
-        Int64 tokens in ``[0, K)``, same shape as ``actions``.
-
-    Raises:
-        ValueError: ``num_bins < 2``.
-    """
-    _check_num_bins(num_bins)
-    actions = torch.as_tensor(actions, dtype=torch.float32)
-    scaled = (actions.clamp(-1.0, 1.0) + 1.0) * 0.5 * (num_bins - 1)
-    return torch.round(scaled).long().clamp(0, num_bins - 1)
-
-
-def tokens_to_actions(tokens: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
-    """Bin centres of ``tokens``: ``-1 + 2 * token / (K - 1)``.
-
-    Args:
-        tokens: Integer tokens in ``[0, K)``, any shape.
-        num_bins: ``K >= 2``.
-
-    Returns:
-        Float32 actions in ``[-1, 1]``, same shape as ``tokens``.
-
-    Raises:
-        ValueError: ``num_bins < 2``.
-    """
-    _check_num_bins(num_bins)
-    tokens = torch.as_tensor(tokens)
-    return tokens.to(torch.float32) * (2.0 / (num_bins - 1)) - 1.0
-
-
-def _check_num_bins(num_bins: int) -> None:
-    if num_bins < 2:
-        raise ValueError(f"num_bins must be >= 2 to cover [-1, 1], got {num_bins}")
-
-
-# --- configuration ----------------------------------------------------------------------------
-
-
-@dataclass
-class TokenPolicyConfig:
-    """Everything needed to build a token policy, apart from the observation shapes.
-
-    Attributes:
-        kind: ``"mlp"`` (on ``state``) or ``"tiny_vla"`` (on ``pixels``, plus ``proprio`` and
-            ``instruction`` when the observation has them).
-        num_bins: ``K``, tokens per action dimension.
-        hidden: Width of the fused feature and of the MLP layers.
-        action_dim: Action dimensions, one token each.
-        embed_dim: Width of the instruction embedding and of the proprio encoder.
-        conv_channels: Output channels of the image encoder's convolutions (stride 2, except
-            a stride-1 last layer under ``spatial_softmax``, which keeps a finer map).
-        pooled_size: ``avg_pool`` only: side of the adaptive average pool after the
-            convolutions, so any image size (84 x 84 by default in the tasks) gives the same
-            feature width.
-        use_instruction: Condition on ``instruction`` when the observation has it.
-        image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
-            expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
-            policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
-    """
-
-    kind: str = "mlp"
-    num_bins: int = 11
-    hidden: int = 128
-    action_dim: int = 4
-    embed_dim: int = 32
-    conv_channels: tuple[int, ...] = (16, 32, 32)
-    pooled_size: int = 4
-    use_instruction: bool = True
-    image_features: str = "spatial_softmax"
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"TokenPolicyConfig.kind={self.kind!r}; choose one of {KINDS}")
-        if self.image_features not in IMAGE_FEATURES:
-            raise ValueError(
-                f"TokenPolicyConfig.image_features={self.image_features!r}; choose one of"
-                f" {IMAGE_FEATURES}"
-            )
-        if self.num_bins < 2:
-            raise ValueError(f"TokenPolicyConfig.num_bins={self.num_bins}; need >= 2")
-        for name in ("hidden", "action_dim", "embed_dim", "pooled_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"TokenPolicyConfig.{name}={value!r}; need a positive int")
-        self.conv_channels = tuple(self.conv_channels)
-        if not self.conv_channels or any(
-            not isinstance(c, int) or c < 1 for c in self.conv_channels
-        ):
-            raise ValueError(
-                f"TokenPolicyConfig.conv_channels={self.conv_channels!r}; need positive ints"
-            )
-
-
-# --- observations -----------------------------------------------------------------------------
-
-
-def obs_to_batch(
-    obs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
-    device: torch.device | str | None = None,
-    batched: bool = False,
-) -> dict[str, torch.Tensor]:
-    """Numpy observation dict(s) to a dict of batched tensors.
-
-    Args:
-        obs: One observation dict, a list of them, or (with ``batched``) one dict whose arrays
-            already have a leading batch dimension, as a vector environment returns.
-        device: Where the tensors go.
-        batched: ``obs`` is a single dict that is already batched.
-
-    Returns:
-        Tensors with a leading batch dim: ``pixels`` stays uint8, ``instruction`` int64, the
-        rest float32.
-    """
-    if isinstance(obs, Mapping):
-        arrays = {k: np.asarray(v) if batched else np.asarray(v)[None] for k, v in obs.items()}
-    else:
-        arrays = {k: np.stack([np.asarray(o[k]) for o in obs]) for k in obs[0]}
-    batch = {}
-    for key, array in arrays.items():
-        if key == "pixels":
-            tensor = torch.as_tensor(array, dtype=torch.uint8)
-        elif key == "instruction":
-            tensor = torch.as_tensor(array, dtype=torch.int64)
-        else:
-            tensor = torch.as_tensor(array, dtype=torch.float32)
-        batch[key] = tensor.to(device) if device is not None else tensor
-    return batch
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -403,24 +267,6 @@ class TinyVLA(TokenPolicy):
         return self.fusion(torch.cat(parts, dim=-1))
 
 
-def obs_shapes_from_space(observation_space: spaces.Dict) -> ObsShapes:
-    """Per-key observation shapes of a gymnasium ``Dict`` space.
-
-    Raises:
-        TypeError: ``observation_space`` is not a ``Dict`` of ``Box`` spaces.
-    """
-    if not isinstance(observation_space, spaces.Dict):
-        raise TypeError(
-            f"token policies take a gymnasium Dict observation space, got {observation_space}"
-        )
-    shapes = {}
-    for key, space in observation_space.spaces.items():
-        if not isinstance(space, spaces.Box):
-            raise TypeError(f"observation {key!r} must be a Box space, got {space}")
-        shapes[key] = tuple(int(d) for d in space.shape)
-    return shapes
-
-
 _POLICIES: dict[str, type[TokenPolicy]] = {"mlp": MLPTokenPolicy, "tiny_vla": TinyVLA}
 _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {"mlp": ("state",), "tiny_vla": ("pixels",)}
 
@@ -459,25 +305,16 @@ def save_policy(path: str | os.PathLike, policy: TokenPolicy) -> None:
     """Write config, observation shapes and weights to ``path`` atomically.
 
     The checkpoint is a ``torch.save`` of ``{"format": 1, "config": dict, "obs_shapes":
-    {key: list}, "state_dict": ...}``, written to a temporary file in the same directory and
-    moved into place with ``os.replace``, so a crash never leaves a half-written file at ``path``.
+    {key: list}, "state_dict": ...}``, written atomically (:func:`common.files.atomic_write`),
+    so a crash never leaves a half-written file at ``path``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
         "config": asdict(policy.config),
         "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
         "state_dict": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
     }
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(checkpoint, f)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda file: torch.save(checkpoint, file))
 
 
 def load_policy(
@@ -510,13 +347,10 @@ def load_policy(
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a policy checkpoint of format {CHECKPOINT_FORMAT}")
 
-    known = {f.name for f in fields(TokenPolicyConfig)}
-    unknown = set(checkpoint["config"]) - known
-    if unknown:
-        raise ValueError(f"{path} has config fields {sorted(unknown)} unknown to this version")
-    saved = dict(checkpoint["config"])
-    saved.setdefault("image_features", "avg_pool")  # checkpoints from before the option
-    config = TokenPolicyConfig(**saved)
+    try:
+        config = TokenPolicyConfig.from_saved(checkpoint["config"])
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
     saved_shapes = {k: tuple(v) for k, v in checkpoint["obs_shapes"].items()}
     if observation_space is not None:
         wanted = obs_shapes_from_space(observation_space)

@@ -1,5 +1,5 @@
 """Figures people would rather look at than read: learning curves of a run, and the curves and
-interval estimates of several runs per arm (``harness.report``)."""
+interval estimates of several runs per arm (the report)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import EngFormatter  # noqa: E402
 
-from harness.runs import atomic_write, read_metrics  # noqa: E402
+from common.files import atomic_write, read_metrics  # noqa: E402
 
 
 def save_figure(figure, path: str | Path, **savefig_kwargs) -> Path:

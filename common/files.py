@@ -1,0 +1,98 @@
+"""Crash-safe files, JSON and the long-format metrics CSV.
+
+Every results file (checkpoints, summaries, reports, figures, data sets) is written through a
+temporary file in the same folder and ``os.replace``: a reader, or a writer killed half-way, only
+ever sees the old complete file or the new complete one.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` by calling ``write`` on an open binary file, atomically (see the module
+    docstring)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as file:
+        write(file)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """:func:`atomic_write` of a UTF-8 text."""
+    atomic_write(path, lambda file: file.write(text.encode()))
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` for writers that need a file name (HDF5, video, torch):
+    when the block ends without an exception its data are fsynced and it replaces ``path``;
+    otherwise it is removed. The folder is created if needed.
+
+    Args:
+        path: The final path.
+        suffix: Suffix of the temporary name (some writers pick their format from it);
+            defaults to ``path``'s own.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix if suffix is None else suffix
+    # A unique name in the same folder: os.replace is atomic only within one file system, and
+    # two writers of the same path must not share a temporary file. The writer creates it, so
+    # it gets the usual permissions.
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{suffix}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as file:
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def to_json(value: Any) -> str:
+    """JSON text (indented, newline-terminated) with numpy values and paths converted."""
+    return json.dumps(value, indent=2, default=_json_default) + "\n"
+
+
+def write_json(path: str | os.PathLike, value: Any) -> None:
+    """:func:`to_json` written atomically."""
+    atomic_write_text(path, to_json(value))
+
+
+def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """A run's ``metrics.csv`` (long format ``step,time_s,key,value``) as
+    ``{key: [(step, value), ...]}`` in file order."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    with open(path, newline="") as file:
+        for row in csv.DictReader(file):
+            series.setdefault(row["key"], []).append((int(row["step"]), float(row["value"])))
+    return series

@@ -1,0 +1,146 @@
+"""One iteration's groups: start states, rollouts, verifier scores, advantages, what is kept.
+
+:func:`collect_groups` draws the start states from the curriculum (through its
+``reset_options``), snapshots them, has the rollout pool play G attempts from each, scores every
+attempt with the verifier, computes the estimator's advantages and decides which groups the
+update trains on (``algo.zero_signal``); it feeds the curriculum the verifier's verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.algos.group_update import GroupTrainer
+from harness.algos.rollouts import RolloutBatch, RolloutPool
+from harness.config import MAX_RESAMPLE_ROUNDS, TRAIN_SEED_STRIDE
+
+
+# ---------------------------------------------------------------------------- scoring
+def _score(rollout: RolloutBatch, detector) -> tuple[np.ndarray, dict[str, float]]:
+    """Binary reward per attempt from the verifier, and its error rates against ground truth."""
+    truth = rollout.success
+    if detector is None:
+        return truth.astype(np.float32), {}
+    verdict = np.asarray(detector({"pixels": rollout.final_frames}), dtype=bool)
+    positives, negatives = max(1, int(truth.sum())), max(1, int((~truth).sum()))
+    return verdict.astype(np.float32), {
+        "detector/false_positive_rate": float((verdict & ~truth).sum() / negatives),
+        "detector/false_negative_rate": float((~verdict & truth).sum() / positives),
+        "detector/agreement": float((verdict == truth).mean()),
+    }
+
+
+def build_detector(cfg):
+    """The learned detector of ``reward=verifier``; ``None`` means the scripted predicate, read
+    from each attempt's ``info["is_success"]``. The config has already refused a learned
+    detector without ``reward=verifier`` or with ``task.terminate_on_success``."""
+    name = (cfg.detector or {}).get("name", "scripted")
+    if name == "scripted":
+        return None
+    import success_detectors
+
+    return success_detectors.make(cfg.detector, task=cfg.task.name)
+
+
+@dataclass
+class Collected:
+    """The groups of one iteration, scored, with their advantages and what is trained on.
+
+    Attributes:
+        rollout: Every attempt played (re-sampling rounds included).
+        rewards: ``(A,)`` verifier rewards.
+        advantages: ``(A,)`` by the run's estimator.
+        keep: ``(groups,)`` bool, groups the update trains on.
+        signal_groups: Groups whose advantages are not all zero.
+        mixed_groups: Groups whose outcomes are not all equal.
+        groups: Groups played.
+        verifier: ``detector/...`` error rates of a learned verifier, averaged over rounds.
+    """
+
+    rollout: RolloutBatch
+    rewards: np.ndarray
+    advantages: torch.Tensor
+    keep: np.ndarray
+    signal_groups: int
+    mixed_groups: int
+    groups: int
+    verifier: dict[str, float]
+
+
+def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, starts_env,
+                   detector, iteration: int, start_counter: int) -> tuple[Collected, int]:
+    """Roll out, score and weigh one iteration's groups; feed the curriculum the verdicts.
+
+    With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
+    ``MAX_RESAMPLE_ROUNDS`` rounds, until ``num_start_states`` groups carry signal.
+
+    Returns:
+        The collected groups and the updated count of start states drawn (it seeds them).
+    """
+    algo = cfg.algo
+    parts: list[tuple[RolloutBatch, np.ndarray, torch.Tensor, np.ndarray]] = []
+    signal_total = mixed_total = groups_total = 0
+    verifier_rounds: list[dict[str, float]] = []
+    rounds = MAX_RESAMPLE_ROUNDS if algo.zero_signal == "resample" else 1
+    for round_ in range(rounds):
+        needed = algo.num_start_states
+        if algo.zero_signal == "resample":
+            needed -= sum(int(part[3].sum()) for part in parts)
+        if needed <= 0:
+            break
+        jobs = []
+        for group in range(needed):
+            difficulty = float(curriculum.sample())
+            starts_env.reset(seed=(cfg.seed + 1) * TRAIN_SEED_STRIDE + start_counter,
+                             options=curriculum.reset_options(difficulty))
+            start_counter += 1
+            jobs += [(starts_env.snapshot(), group, difficulty)] * algo.group_size
+        rollout = pool.run(trainer.policy, jobs, algo.temperature,
+                           seed=cfg.seed * 1_000_003 + iteration * 17 + round_)
+        rewards, verifier = _score(rollout, detector)
+        if verifier:
+            verifier_rounds.append(verifier)
+        advantages = trainer.advantages(rollout, rewards)
+        signal = trainer.group_has_signal(advantages)
+        grouped = rewards.reshape(-1, algo.group_size)
+        for group, outcomes in enumerate(grouped):
+            curriculum.update(float(rollout.difficulty[group * algo.group_size]),
+                              outcomes.tolist())
+        signal_total += int(signal.sum())
+        mixed_total += int((grouped.max(axis=1) > grouped.min(axis=1)).sum())
+        groups_total += len(signal)
+        keep = signal if algo.zero_signal in ("drop", "resample") else np.ones_like(signal)
+        parts.append((rollout, rewards, advantages, keep))
+    keep = np.concatenate([part[3] for part in parts])
+    if algo.zero_signal == "resample" and keep.sum() > algo.num_start_states:
+        keep[np.flatnonzero(keep)[algo.num_start_states:]] = False
+    collected = Collected(
+        rollout=RolloutBatch.concat([part[0] for part in parts]),
+        rewards=np.concatenate([part[1] for part in parts]),
+        advantages=torch.cat([part[2] for part in parts]),
+        keep=keep, signal_groups=signal_total, mixed_groups=mixed_total, groups=groups_total,
+        verifier={k: float(np.mean([v[k] for v in verifier_rounds]))
+                  for k in (verifier_rounds[0] if verifier_rounds else {})},
+    )
+    return collected, start_counter
+
+
+def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
+    """``rollout/...`` and ``detector/...`` metrics of one iteration."""
+    rollout, groups = collected.rollout, max(1, collected.groups)
+    return {
+        "rollout/success_rate": float(rollout.success.mean()),
+        "rollout/verifier_success_rate": float(collected.rewards.mean()),
+        "rollout/signal_fraction": collected.signal_groups / groups,
+        "rollout/zero_signal_fraction": 1.0 - collected.signal_groups / groups,
+        "rollout/mixed_outcome_fraction": collected.mixed_groups / groups,
+        "rollout/mean_length_steps": float(rollout.lengths.mean()),
+        "rollout/mean_length_tokens": float(rollout.lengths.mean() * action_dim),
+        "rollout/attempts": float(len(rollout.lengths)),
+        "rollout/difficulty_mean": float(rollout.difficulty.mean()),
+        "time/env_s": rollout.timing["env"], "time/policy_s": rollout.timing["policy"],
+        **collected.verifier,
+    }

@@ -1,0 +1,102 @@
+"""Typed configuration of the training app, registered in Hydra's ConfigStore.
+
+Hydra composes ``conf/train.yaml`` and the group files (``task/``, ``algo/``, ``policy/``,
+``curriculum/``, ``detector/``, ``logger/``) over the dataclasses of this package, so a typo in a
+file or on the command line (``task.obs_mod=pixels``) fails at composition, naming the key, before
+any environment exists. :func:`load` then converts the ``DictConfig`` once into a
+:class:`TrainConfig` (running every ``__post_init__``), and the library only ever sees these
+objects.
+
+The ``algo`` and ``curriculum`` groups hold a different dataclass per choice; each group file
+names its schema in its defaults list (``/schema/algo@_here_: ppo``), so the node is typed by the
+choice. Schemas live in the ``schema/`` group so that they never show up as choices of a group.
+
+One module per group: :mod:`~harness.config.task`, :mod:`~harness.config.algos`,
+:mod:`~harness.config.policy`, :mod:`~harness.config.curriculum`; the primary config and its
+``logger``, ``eval`` and ``verifier`` blocks in :mod:`~harness.config.train`; Hydra's side
+(registration, :func:`compose`, :func:`load`, :func:`to_yaml`) in :mod:`~harness.config.hydra`.
+Every name is re-exported here: import from ``harness.config``.
+"""
+
+from harness.config.algos import (
+    ALGO_SCHEMAS,
+    GROUP_ALGOS,
+    SB3_ALGOS,
+    ZERO_SIGNAL,
+    A2CConfig,
+    AlgoConfig,
+    GroupAlgoConfig,
+    PPOConfig,
+    SB3AlgoConfig,
+    TRPOConfig,
+)
+from harness.config.curriculum import (
+    CURRICULUM_SCHEMAS,
+    CurriculumConfig,
+    FixedCurriculumConfig,
+    LinearCurriculumConfig,
+    SuccessBandCurriculumConfig,
+    UniformCurriculumConfig,
+)
+from harness.config.errors import ConfigError
+from harness.config.hydra import CONF_DIR, compose, load, register_configs, to_yaml
+from harness.config.policy import (
+    ACTIVATIONS,
+    POLICIES,
+    POLICIES_BY_FAMILY,
+    POLICY_OBS_KEY,
+    PolicyConfig,
+)
+from harness.config.task import OBS_MODE_KEYS, TaskOptions
+from harness.config.train import (
+    MAX_RESAMPLE_ROUNDS,
+    REWARDS,
+    SB3_BAND_GROUP_SIZE,
+    STATE_PRETRAIN_SEED,
+    TRAIN_SEED_STRIDE,
+    EvalConfig,
+    LoggerConfig,
+    TrainConfig,
+    VerifierConfig,
+)
+
+__all__ = [
+    "ACTIVATIONS",
+    "ALGO_SCHEMAS",
+    "CONF_DIR",
+    "CURRICULUM_SCHEMAS",
+    "GROUP_ALGOS",
+    "MAX_RESAMPLE_ROUNDS",
+    "OBS_MODE_KEYS",
+    "POLICIES",
+    "POLICIES_BY_FAMILY",
+    "POLICY_OBS_KEY",
+    "REWARDS",
+    "SB3_ALGOS",
+    "SB3_BAND_GROUP_SIZE",
+    "STATE_PRETRAIN_SEED",
+    "TRAIN_SEED_STRIDE",
+    "ZERO_SIGNAL",
+    "A2CConfig",
+    "AlgoConfig",
+    "ConfigError",
+    "CurriculumConfig",
+    "EvalConfig",
+    "FixedCurriculumConfig",
+    "GroupAlgoConfig",
+    "LinearCurriculumConfig",
+    "LoggerConfig",
+    "PPOConfig",
+    "PolicyConfig",
+    "SB3AlgoConfig",
+    "SuccessBandCurriculumConfig",
+    "TRPOConfig",
+    "TaskOptions",
+    "TrainConfig",
+    "UniformCurriculumConfig",
+    "VerifierConfig",
+    "compose",
+    "load",
+    "register_configs",
+    "to_yaml",
+]

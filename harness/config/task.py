@@ -1,0 +1,68 @@
+"""The ``task`` group: which task, and the options of ``tasks.make``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import tasks
+from harness.config.errors import ConfigError, check
+
+# Which observation keys each ``task.obs_mode`` gives.
+OBS_MODE_KEYS: dict[str, tuple[str, ...]] = {
+    "state": ("state",),
+    "pixels": ("pixels", "proprio"),
+    "pixels_state": ("state", "pixels", "proprio"),
+}
+
+
+@dataclass
+class TaskOptions:
+    """The ``task`` group: which task, and the options of ``tasks.make`` (see ``tasks.TaskConfig``).
+
+    Attributes:
+        name: One of ``tasks.TASKS``.
+        obs_mode: ``state``, ``pixels`` or ``pixels_state``.
+        camera: Camera of pixel observations.
+        image_size: Side of the square pixel observation.
+        render_quality: ``fast`` or ``high`` for pixel observations.
+        max_episode_steps: Episode length; ``None`` keeps the task's own.
+        terminate_on_success: End episodes on success.
+        difficulty: Difficulty of resets that get none (evaluation's default).
+        reward_weights: Overrides of the task's reward-term weights.
+        randomization: Fields of ``tasks.RandomizationConfig``.
+    """
+
+    name: str = "reach"
+    obs_mode: str = "state"
+    camera: str = "front"
+    image_size: int = 84
+    render_quality: str = "fast"
+    max_episode_steps: int | None = None
+    terminate_on_success: bool = True
+    difficulty: float = 1.0
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    randomization: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check(self.name in tasks.TASKS,
+              f"task.name={self.name!r} is unknown; choose one of {sorted(tasks.TASKS)}")
+        try:
+            tasks.TaskConfig.from_options(self.name, self.env_options())
+        except TypeError as error:  # an unknown randomization field
+            raise ConfigError(f"task.randomization: {error}") from None
+        except ValueError as error:
+            raise ConfigError(f"task: {error}") from None
+        terms = tasks.TASKS[self.name].reward_weights
+        unknown = sorted(set(self.reward_weights) - set(terms))
+        check(not unknown, f"task.reward_weights: {unknown} unknown for task {self.name!r}; "
+                           f"its terms are {sorted(terms)}")
+
+    def env_options(self) -> dict[str, Any]:
+        """Keyword options for ``tasks.make(self.name, **options)``."""
+        options = dataclasses.asdict(self)
+        del options["name"]
+        if options["max_episode_steps"] is None:
+            del options["max_episode_steps"]
+        return options

@@ -1,0 +1,199 @@
+"""Action tokens and observation batches: the vocabulary every token policy shares.
+
+Vision-language-action models (RT-2, OpenVLA) discretise every action dimension into ``K``
+uniform bins and predict one token per dimension. Here bin centres are ``linspace(-1, 1, K)``
+over the action space ``Box(-1, 1, (action_dim,))``.
+
+Observations are dicts of batched tensors with some of the keys ``state`` float ``(B, D)``,
+``pixels`` uint8 ``(B, H, W, 3)``, ``proprio`` float ``(B, P)`` and ``instruction`` int64
+``(B, L)`` token ids padded with :data:`tasks.language.PAD`. Use :func:`obs_to_batch` to turn
+numpy observations from an environment into such a dict.
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+KINDS: tuple[str, ...] = ("mlp", "tiny_vla")
+IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
+
+ObsShapes = dict[str, tuple[int, ...]]
+
+
+# --- discretisation ---------------------------------------------------------------------------
+
+
+def actions_to_tokens(actions: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
+    """Index of the nearest of ``num_bins`` bin centres ``linspace(-1, 1, num_bins)``.
+
+    Args:
+        actions: Float actions of any shape; values outside ``[-1, 1]`` go to the end bins.
+        num_bins: ``K >= 2``.
+
+    Returns:
+        Int64 tokens in ``[0, K)``, same shape as ``actions``.
+
+    Raises:
+        ValueError: ``num_bins < 2``.
+    """
+    _check_num_bins(num_bins)
+    actions = torch.as_tensor(actions, dtype=torch.float32)
+    scaled = (actions.clamp(-1.0, 1.0) + 1.0) * 0.5 * (num_bins - 1)
+    return torch.round(scaled).long().clamp(0, num_bins - 1)
+
+
+def tokens_to_actions(tokens: torch.Tensor | np.ndarray, num_bins: int) -> torch.Tensor:
+    """Bin centres of ``tokens``: ``-1 + 2 * token / (K - 1)``.
+
+    Args:
+        tokens: Integer tokens in ``[0, K)``, any shape.
+        num_bins: ``K >= 2``.
+
+    Returns:
+        Float32 actions in ``[-1, 1]``, same shape as ``tokens``.
+
+    Raises:
+        ValueError: ``num_bins < 2``.
+    """
+    _check_num_bins(num_bins)
+    tokens = torch.as_tensor(tokens)
+    return tokens.to(torch.float32) * (2.0 / (num_bins - 1)) - 1.0
+
+
+def _check_num_bins(num_bins: int) -> None:
+    if num_bins < 2:
+        raise ValueError(f"num_bins must be >= 2 to cover [-1, 1], got {num_bins}")
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass
+class TokenPolicyConfig:
+    """Everything needed to build a token policy, apart from the observation shapes.
+
+    Attributes:
+        kind: ``"mlp"`` (on ``state``) or ``"tiny_vla"`` (on ``pixels``, plus ``proprio`` and
+            ``instruction`` when the observation has them).
+        num_bins: ``K``, tokens per action dimension.
+        hidden: Width of the fused feature and of the MLP layers.
+        action_dim: Action dimensions, one token each.
+        embed_dim: Width of the instruction embedding and of the proprio encoder.
+        conv_channels: Output channels of the image encoder's convolutions (stride 2, except
+            a stride-1 last layer under ``spatial_softmax``, which keeps a finer map).
+        pooled_size: ``avg_pool`` only: side of the adaptive average pool after the
+            convolutions, so any image size (84 x 84 by default in the tasks) gives the same
+            feature width.
+        use_instruction: Condition on ``instruction`` when the observation has it.
+        image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
+            expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
+            policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
+    """
+
+    kind: str = "mlp"
+    num_bins: int = 11
+    hidden: int = 128
+    action_dim: int = 4
+    embed_dim: int = 32
+    conv_channels: tuple[int, ...] = (16, 32, 32)
+    pooled_size: int = 4
+    use_instruction: bool = True
+    image_features: str = "spatial_softmax"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"TokenPolicyConfig.kind={self.kind!r}; choose one of {KINDS}")
+        if self.image_features not in IMAGE_FEATURES:
+            raise ValueError(
+                f"TokenPolicyConfig.image_features={self.image_features!r}; choose one of"
+                f" {IMAGE_FEATURES}"
+            )
+        if self.num_bins < 2:
+            raise ValueError(f"TokenPolicyConfig.num_bins={self.num_bins}; need >= 2")
+        for name in ("hidden", "action_dim", "embed_dim", "pooled_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TokenPolicyConfig.{name}={value!r}; need a positive int")
+        self.conv_channels = tuple(self.conv_channels)
+        if not self.conv_channels or any(
+            not isinstance(c, int) or c < 1 for c in self.conv_channels
+        ):
+            raise ValueError(
+                f"TokenPolicyConfig.conv_channels={self.conv_channels!r}; need positive ints"
+            )
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> TokenPolicyConfig:
+        """The config a checkpoint stored; checkpoints from before ``image_features`` existed
+        used ``avg_pool``.
+
+        Raises:
+            ValueError: A field this version does not know.
+        """
+        unknown = sorted(set(saved) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"policy config fields {unknown} are unknown to this version")
+        return cls(**{"image_features": "avg_pool", **saved})
+
+
+# --- observations -----------------------------------------------------------------------------
+
+
+def obs_to_batch(
+    obs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+    device: torch.device | str | None = None,
+    batched: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Numpy observation dict(s) to a dict of batched tensors.
+
+    Args:
+        obs: One observation dict, a list of them, or (with ``batched``) one dict whose arrays
+            already have a leading batch dimension, as a vector environment returns.
+        device: Where the tensors go.
+        batched: ``obs`` is a single dict that is already batched.
+
+    Returns:
+        Tensors with a leading batch dim: ``pixels`` stays uint8, ``instruction`` int64, the
+        rest float32.
+    """
+    if isinstance(obs, Mapping):
+        arrays = {k: np.asarray(v) if batched else np.asarray(v)[None] for k, v in obs.items()}
+    else:
+        arrays = {k: np.stack([np.asarray(o[k]) for o in obs]) for k in obs[0]}
+    batch = {}
+    for key, array in arrays.items():
+        if key == "pixels":
+            tensor = torch.as_tensor(array, dtype=torch.uint8)
+        elif key == "instruction":
+            tensor = torch.as_tensor(array, dtype=torch.int64)
+        else:
+            tensor = torch.as_tensor(array, dtype=torch.float32)
+        batch[key] = tensor.to(device) if device is not None else tensor
+    return batch
+
+
+def obs_shapes_from_space(observation_space: spaces.Dict) -> ObsShapes:
+    """Per-key observation shapes of a gymnasium ``Dict`` space.
+
+    Raises:
+        TypeError: ``observation_space`` is not a ``Dict`` of ``Box`` spaces.
+    """
+    if not isinstance(observation_space, spaces.Dict):
+        raise TypeError(
+            f"token policies take a gymnasium Dict observation space, got {observation_space}"
+        )
+    shapes = {}
+    for key, space in observation_space.spaces.items():
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"observation {key!r} must be a Box space, got {space}")
+        shapes[key] = tuple(int(d) for d in space.shape)
+    return shapes
+
+

@@ -1,0 +1,114 @@
+"""The training app: the trainer of each algorithm, and ``train(config, run_dir)``.
+
+Every trainer is a module with ``train(config, run) -> dict`` (the final evaluation's summary,
+``env_steps`` included), ``validate_checkpoint(checkpoint, metadata)`` (loads it, safely, before
+a resume touches the run directory) and ``load_policy(checkpoint, metadata, device, sampled) ->
+policy_fn`` for its checkpoints (``harness.checkpoints``): :mod:`harness.algos.sb3` for PPO,
+A2C and TRPO, :mod:`harness.algos.group` for the group-relative algorithms. :func:`train`
+opens the run directory, calls the trainer and writes ``summary.json`` with the provenance of
+the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.algos import group, sb3
+from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
+from harness.runs import Run, git_commit, package_versions
+
+log = logging.getLogger(__name__)
+
+TRAINERS: dict[str, ModuleType] = {
+    **{name: sb3 for name in SB3_ALGOS},
+    **{name: group for name in GROUP_ALGOS},
+}
+
+
+def trainer_module(algo: str) -> ModuleType:
+    """The module that trains ``algo`` and reads its checkpoints.
+
+    Raises:
+        ValueError: Unknown algorithm (lists the choices).
+    """
+    if algo not in TRAINERS:
+        raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(TRAINERS)}")
+    return TRAINERS[algo]
+
+
+def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train ``config`` into ``run_dir`` and write ``summary.json``; the whole app.
+
+    Args:
+        config: The validated configuration.
+        run_dir: The run directory (Hydra's output dir under ``scripts/train.py``).
+
+    Returns:
+        The summary that was written.
+
+    Raises:
+        ValueError: Unknown algorithm (before any env starts).
+        harness.runs.CheckpointError: See :meth:`harness.runs.Run.checkpoint_to_resume`, or a
+            checkpoint the trainer cannot load; raised before anything in ``run_dir`` changes.
+    """
+    trainer = trainer_module(config.algo.name)
+    resume = Run.checkpoint_to_resume(run_dir, config)
+    metadata = None
+    if resume is not None:  # every check before anything in the run directory changes
+        checkpoint, metadata = resume
+        trainer.validate_checkpoint(checkpoint, metadata)
+        finished = _finished_summary(Path(run_dir), metadata, config)
+        if finished is not None:
+            log.info("resume=true: the run in %s already finished its budget (%d env steps); "
+                     "nothing to do (raise total_timesteps or algo.iterations to train further)",
+                     run_dir, metadata["num_timesteps"])
+            return finished
+    run = Run(run_dir, config, resume_metadata=metadata)
+    try:
+        result = trainer.train(config, run)
+        env_steps = int(result.get("env_steps", 0))
+        wall_clock = run.elapsed()
+        summary = {
+            "algo": config.algo.name,
+            "task": config.task.name,
+            "seed": config.seed,
+            **result,
+            "env_steps": env_steps,
+            "wall_clock_s": round(wall_clock, 3),
+            "fps": round(env_steps / wall_clock, 1) if wall_clock > 0 else None,
+            "versions": package_versions(),
+            "git": git_commit(),
+            "run_dir": str(run.dir.resolve()),
+        }
+        run.write_summary(summary)
+        log.info("summary: success_rate=%.3f [%.3f, %.3f] after %d env steps in %.0f s -> %s",
+                 summary.get("success_rate", float("nan")),
+                 *summary.get("success_interval", (float("nan"), float("nan"))),
+                 env_steps, wall_clock, run.dir / "summary.json")
+        return summary
+    finally:
+        run.close()
+
+
+def _finished_summary(run_dir: Path, metadata: dict[str, Any],
+                      config: TrainConfig) -> dict[str, Any] | None:
+    """The summary of a run that already used its whole budget, or ``None``.
+
+    A run is finished when its ``summary.json`` was written from the latest checkpoint and that
+    checkpoint reached ``total_timesteps`` (or, for the group algorithms, ``algo.iterations``).
+    """
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a damaged summary: resume rewrites it
+    steps = int(metadata["num_timesteps"])
+    done = steps >= config.total_timesteps or (
+        "iteration" in metadata and metadata["iteration"] >= getattr(config.algo, "iterations", 0))
+    return summary if done and summary.get("env_steps") == steps else None

@@ -1,0 +1,75 @@
+"""Evaluation of a trained CNN detector on held-out frames: metrics and the worst errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from success_detectors.frames import FrameSet
+from success_detectors.metrics import binary_metrics, errors_by_margin, ratio_or_nan
+from success_detectors.network import SuccessCNN, predict_pixels
+
+
+def evaluate(model: SuccessCNN, frames: FrameSet, threshold: float,
+             hard_margin: float | None = None) -> tuple[dict[str, Any], np.ndarray]:
+    """Metrics of ``model`` on ``frames`` at ``threshold``, and the probabilities.
+
+    With known margins (simulator frames), adds ``errors_by_margin`` (see that function); with
+    ``hard_margin`` too, ``near_miss_negatives`` and ``near_miss_false_positive_rate``
+    (negatives within ``hard_margin`` of success).
+    """
+    probs = predict_pixels(model, frames.pixels)
+    metrics = binary_metrics(frames.label, probs, threshold)
+    if np.isfinite(frames.margin).any():
+        metrics["errors_by_margin"] = errors_by_margin(frames.label, probs, frames.margin,
+                                                       threshold)
+        if hard_margin is not None:
+            near = ~frames.label & (frames.margin < hard_margin)
+            metrics["near_miss_negatives"] = int(near.sum())
+            metrics["near_miss_false_positive_rate"] = ratio_or_nan(
+                float(np.sum(probs[near] >= threshold)), float(near.sum())
+            )
+    return metrics, probs
+
+
+def worst_errors_figure(
+    path: str | os.PathLike, frames: FrameSet, probs: np.ndarray, threshold: float,
+    per_row: int = 8,
+) -> Path:
+    """PNG grid: the most confident false positives (top row) and false negatives (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from common.plots import save_figure
+
+    predicted = probs >= threshold
+    false_pos = np.flatnonzero(predicted & ~frames.label)
+    false_neg = np.flatnonzero(~predicted & frames.label)
+    rows = (
+        ("false positive", false_pos[np.argsort(-probs[false_pos])][:per_row]),
+        ("false negative", false_neg[np.argsort(probs[false_neg])][:per_row]),
+    )
+    figure, axes = plt.subplots(2, per_row, figsize=(1.6 * per_row, 4.0), squeeze=False)
+    for row, (kind, indices) in enumerate(rows):
+        for column in range(per_row):
+            axis = axes[row, column]
+            axis.axis("off")
+            if column >= len(indices):
+                if column == 0:
+                    axis.text(0.5, 0.5, f"no {kind}s", ha="center", va="center", fontsize=8)
+                continue
+            i = indices[column]
+            axis.imshow(frames.pixels[i])
+            where = (frames.names[i] if frames.names is not None
+                     else f"ep {frames.episode[i]} t {frames.step[i]}")
+            margin = frames.margin[i]
+            margin = "" if np.isnan(margin) else f"\nmargin {100 * margin:.1f} cm"
+            axis.set_title(f"{kind}\np={probs[i]:.2f} {where}{margin}", fontsize=6)
+    figure.suptitle(f"Worst test errors at threshold {threshold:.3f}", fontsize=9)
+    figure.tight_layout()
+    return save_figure(figure, path, dpi=120)

@@ -1,0 +1,128 @@
+"""Options of a task environment (:class:`TaskConfig`) and its difficulty.
+
+Difficulty is a float in [0, 1] or a dict of the task's named levels (``{"spawn": 0.2}``), each in
+[0, 1]; :func:`resolve_difficulty` turns either into the levels a task's spawn sampler reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from tasks.randomization import RandomizationConfig
+from tasks.rendering import QUALITIES
+
+OBS_MODES = ("state", "pixels", "pixels_state")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Options every task accepts (``tasks.make(name, **options)``).
+
+    Attributes:
+        obs_mode: ``"state"``, ``"pixels"`` or ``"pixels_state"``.
+        camera: Camera for pixel observations: ``"front"``, ``"side"``, ``"overhead"``,
+            ``"wrist"``, or ``"goal"`` / ``"goal_side"`` (ride on the goal marker; tasks with
+            one only).
+        image_size: Side of the square pixel observation.
+        render_quality: ``"fast"`` (learning cameras) or ``"high"`` (shadows, anti-aliasing).
+        render_size: ``(height, width)`` of ``render()`` frames for videos.
+        timestep: Physics step in seconds.
+        substeps: Physics steps per control step (25 Hz control at the defaults).
+        max_episode_steps: Control steps before ``truncated``; counted by the env so that a
+            snapshot carries it (Gymnasium's ``TimeLimit`` would restart its count on restore).
+        terminate_on_success: End the episode when the success predicate holds.
+        difficulty: Difficulty used when ``reset`` is given none.
+        reward_weights: Overrides of the task's reward-term weights.
+        randomization: Domain randomisation block (off by default).
+    """
+
+    obs_mode: str = "state"
+    camera: str = "front"
+    image_size: int = 84
+    render_quality: str = "fast"
+    render_size: tuple[int, int] = (240, 320)
+    timestep: float = 0.002
+    substeps: int = 20
+    max_episode_steps: int | None = None
+    terminate_on_success: bool = True
+    difficulty: float = 1.0
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+    def __post_init__(self) -> None:
+        if self.obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode={self.obs_mode!r}; expected one of {OBS_MODES}")
+        if self.render_quality not in QUALITIES:
+            raise ValueError(f"render_quality={self.render_quality!r}; expected one of {QUALITIES}")
+        if not 8 <= int(self.image_size) <= 480:
+            raise ValueError(f"image_size={self.image_size}; expected 8..480 pixels")
+        if not (self.timestep > 0 and math.isfinite(self.timestep)):
+            raise ValueError(f"timestep={self.timestep}; expected a positive number of seconds")
+        if int(self.substeps) < 1:
+            raise ValueError(f"substeps={self.substeps}; expected >= 1")
+        if self.max_episode_steps is not None and int(self.max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps={self.max_episode_steps}; expected >= 1 or None")
+        check_difficulty(self.difficulty)
+        if isinstance(self.randomization, dict):
+            object.__setattr__(self, "randomization", RandomizationConfig(**self.randomization))
+
+    @classmethod
+    def from_options(cls, task: str, options: dict[str, Any]) -> TaskConfig:
+        """Build from keyword options, naming any unknown key and listing the allowed ones."""
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
+            )
+        return cls(**options)
+
+
+def check_difficulty(value: Any) -> float:
+    """Validate a scalar difficulty in [0, 1]."""
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]") from None
+    if not 0.0 <= d <= 1.0:
+        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]")
+    return d
+
+
+def resolve_difficulty(
+    value: Any, default: float, task: str, levels: tuple[str, ...]
+) -> tuple[float, dict[str, float]]:
+    """The overall difficulty and per-level values of a ``reset`` option.
+
+    Args:
+        value: ``None`` (use ``default``), a number in [0, 1], or a dict of named levels (the
+            levels it does not name get ``default``).
+        default: The configured difficulty.
+        task: Task name, for error messages.
+        levels: The task's named levels.
+
+    Returns:
+        The mean of the levels (the number itself when a number was given) and every level.
+
+    Raises:
+        ValueError: A level the task does not have, or a value outside [0, 1].
+    """
+    if value is None:
+        value = default
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(levels))
+        if unknown:
+            raise ValueError(
+                f"unknown difficulty level(s) {unknown} for task {task!r}; "
+                f"levels are {list(levels)}"
+            )
+        resolved = {name: default for name in levels}
+        for name, level in value.items():
+            resolved[name] = check_difficulty(level)
+        return float(np.mean(list(resolved.values()))), resolved
+    d = check_difficulty(value)
+    return d, {name: d for name in levels}

@@ -1,0 +1,160 @@
+"""The command line: every script answers ``--help``; the Hydra apps list their keys, print their
+configuration, run on tiny settings and refuse bad values naming the key; ``import harness``
+registers the Gymnasium ids. Each check runs the scripts in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(path.stem for path in (ROOT / "scripts").glob("*.py"))
+KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc")  # help lists each key by hand
+TRAIN_GROUPS = ("task", "algo", "policy", "curriculum", "detector", "logger", "experiment")
+TINY_TRAIN = ("task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "algo.group_size=2",
+              "algo.num_start_states=2", "algo.minibatch_size=4", "task.max_episode_steps=10",
+              "eval.final_episodes=2", "eval.every_steps=0", "logger=none")
+
+
+def run(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python scripts/<script>.py args...`` from the repository root."""
+    done = subprocess.run([sys.executable, f"scripts/{script}.py", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@functools.cache
+def help_text(script: str) -> str:
+    return run(script, "--help").stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    run("train", *TINY_TRAIN, f"hydra.run.dir={run_dir}")
+    return run_dir
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_answers_help(script):
+    text = help_text(script)
+    assert len(text.splitlines()) >= 3 and "Traceback" not in text
+
+
+def test_train_help_lists_every_group_choice_and_hides_the_schemas():
+    text = help_text("train")
+    section = text[text.index("== Groups"):].split("\n\n")[0].splitlines()[1:]
+    entries: dict[str, str] = {}  # group -> its choices, continuation lines included
+    group = ""
+    for line in section:
+        if not line.startswith(" "):
+            group = line.split()[0]
+        entries[group] = entries.get(group, "") + " " + line.removeprefix(group)
+    for group in TRAIN_GROUPS:
+        listed = entries[("+" if group == "experiment" else "") + group]
+        choices = sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
+        missing = [choice for choice in choices if choice not in listed.replace(",", " ").split()]
+        assert not missing, f"{group}: {missing} missing from --help"
+    assert "schema" not in text and text.count("python scripts/train.py") >= 3
+
+
+@pytest.mark.parametrize("script", KEYED_APPS)
+def test_hydra_app_help_names_every_key_of_its_config(script):
+    keys = yaml.safe_load(run(script, "--cfg", "job").stdout)
+    text = help_text(script)
+    missing = [key for key in keys if f"\n{key} " not in text]
+    assert not missing, f"{missing} missing from scripts/{script}.py --help"
+
+
+def test_main_job_config_is_the_experiment_and_main_py_prints_the_same():
+    config = run("train", "+experiment=main_job", "--cfg", "job").stdout
+    assert "  iterations: 360\n" in config
+    job = yaml.safe_load(config)
+    assert (job["task"]["name"], job["policy"]["name"], job["algo"]["name"]) == \
+        ("push", "tiny_vla", "grpo")
+    assert job["max_minutes"] == 40 and job["algo"]["bc_demos"] == 20
+    assert run("main", "--cfg", "job").stdout == config
+    overridden = yaml.safe_load(run("main", "seed=1", "algo.iterations=50", "--cfg", "job").stdout)
+    assert (overridden["seed"], overridden["algo"]["iterations"]) == (1, 50)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], ["+experiment=main_job"]),
+    (["--cfg", "job"], ["+experiment=main_job", "--cfg", "job"]),
+    (["seed=1", "--cfg", "job"], ["+experiment=main_job", "seed=1", "--cfg", "job"]),
+    (["-m", "seed=0,1"], ["-m", "+experiment=main_job", "seed=0,1"]),
+])
+def test_main_py_puts_the_experiment_among_the_overrides(argv, expected):
+    spec = importlib.util.spec_from_file_location("main_script", ROOT / "scripts/main.py")
+    main_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main_script)
+    assert main_script.with_main_job(argv) == expected
+
+
+def test_evaluate_prints_its_table_and_writes_its_results(tiny_run, tmp_path):
+    output = tmp_path / "eval.json"
+    printed = run("evaluate", f"checkpoint={tiny_run}", "episodes=2", "reference=true",
+                  f"output={output}", f"hydra.run.dir={tmp_path / 'eval'}").stdout
+    assert "start (reference) policy of grpo (greedy) on reach" in printed
+    assert "| difficulty | episodes |" in printed and "| 1.00 | 2 |" in printed
+    assert json.loads(output.read_text())["episodes"] == 2
+    assert (tmp_path / "eval" / ".hydra" / "config.yaml").exists()
+
+
+def test_evaluate_sweeps_with_multirun(tiny_run, tmp_path):
+    printed = run("evaluate", "-m", f"checkpoint={tiny_run}", "episodes=1",
+                  "sampled=false,true", f"hydra.sweep.dir={tmp_path / 'sweep'}").stdout
+    assert "grpo (greedy) on reach" in printed and "grpo (sampled) on reach" in printed
+    assert len(list((tmp_path / "sweep").glob("*/.hydra"))) == 2
+
+
+def test_collect_demos_then_pretrain_bc_on_tiny_settings(tmp_path):
+    from harness.demos import load_demos
+
+    demos = tmp_path / "reach.hdf5"
+    printed = run("collect_demos", "task=reach", "task.obs_mode=state", "episodes=2",
+                  "task.max_episode_steps=40", f"out={demos}",
+                  f"hydra.run.dir={tmp_path / 'collect'}").stdout
+    assert "wrote 2 reach demos" in printed
+    recorded = load_demos(demos)
+    assert recorded.num_episodes == 2
+    assert recorded.env_args["env_kwargs"]["max_episode_steps"] == 40
+
+    policy = tmp_path / "bc.pt"
+    printed = run("pretrain_bc", f"demos={demos}", "policy=mlp", "epochs=2", "eval_episodes=1",
+                  f"out={policy}", f"hydra.run.dir={tmp_path / 'bc'}").stdout
+    assert "mlp policy" in printed and "held-out success" in printed
+    assert policy.stat().st_size > 0
+    assert json.loads(policy.with_suffix(".json").read_text())["eval/episodes"] == 1
+
+
+@pytest.mark.parametrize(("script", "args", "named"), [
+    ("evaluate", ["checkpoint=x", "episodes=0"], "episodes=0"),
+    ("evaluate", ["checkpoint=x", "episods=3"], "episods"),
+    ("evaluate", ["episodes=3"], "checkpoint=<path> is required"),
+    ("collect_demos", ["task.obs_mode=pixel"], "obs_mode='pixel'"),
+    ("pretrain_bc", ["policy=cnn"], "policy='cnn'"),
+    ("train", ["total_timesteps=0"], "total_timesteps=0"),
+])
+def test_a_bad_value_fails_naming_the_key(script, args, named, tmp_path):
+    done = run(script, *args, f"hydra.run.dir={tmp_path}", check=False)
+    assert done.returncode != 0 and named in done.stderr
+
+
+def test_importing_harness_registers_the_gymnasium_ids():
+    code = ("import harness, gymnasium\n"
+            "gymnasium.make('harness/Push-v0').reset(seed=0)\n"
+            "envs = gymnasium.make_vec('harness/Reach-v0', num_envs=2)\n"
+            "assert envs.reset(seed=0)[0]['state'].shape[0] == 2\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
