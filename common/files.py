@@ -59,6 +59,21 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
         tmp.unlink(missing_ok=True)
 
 
+def contained_path(root: str | os.PathLike, name: str) -> Path:
+    """``root / name``, refused when ``name`` would lead outside ``root`` (``..``, an absolute
+    path, a link out): output paths built from names read in configs or files stay inside their
+    output folder.
+
+    Raises:
+        ValueError: Naming ``name`` and ``root``.
+    """
+    root = Path(root)
+    path = root / name
+    if Path(name).is_absolute() or not path.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"{name!r} would write outside the output folder {root}")
+    return path
+
+
 def sha256_of(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()

@@ -45,8 +45,8 @@ def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | N
     for key, label, style in (
         ("rollout/success_rate", "training attempts (sampled)", "-"),
         ("rollout/signal_fraction", "groups with signal", ":"),
-        ("eval/success_rate", "held-out evaluation (greedy)", "o-"),
-        ("final/success_rate", "final evaluation", "s"),
+        ("eval/success_rate", "validation seeds (greedy)", "o-"),
+        ("final/success_rate", "test seeds, final (greedy)", "s"),
     ):
         if key in series:
             steps, values = zip(*series[key], strict=True)

@@ -33,6 +33,7 @@ from tqdm import tqdm
 import tasks
 from common.files import atomic_path
 
+ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
 MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
 _DEMO_NAME = re.compile(r"demo_(\d+)")
 
@@ -275,7 +276,11 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         if "data" not in f or "env_args" not in f["data"].attrs:
             raise ValueError(f"{path} has no 'data' group with an 'env_args' attribute")
         data = f["data"]
-        env_args = json.loads(data.attrs["env_args"])
+        try:
+            env_args = json.loads(data.attrs["env_args"])
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: the 'env_args' attribute of 'data' is not JSON "
+                             f"({error})") from None
         names = sorted(
             (name for name in data if _DEMO_NAME.fullmatch(name)),
             key=lambda name: int(name[len("demo_"):]),
@@ -296,6 +301,12 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
                                     episode["rewards"], episode["dones"])}
         if len(lengths) != 1:
             raise ValueError(f"{path}: arrays of {name} disagree in length ({sorted(lengths)})")
+        actions = np.asarray(episode["actions"])
+        if actions.ndim != 2 or actions.shape[1] != ACTION_DIM:
+            raise ValueError(f"{path}: {name}/actions has shape {actions.shape}; expected "
+                             f"(steps, {ACTION_DIM})")
+        if actions.dtype.kind not in "iuf" or not np.isfinite(actions).all():
+            raise ValueError(f"{path}: {name}/actions holds non-finite or non-numeric values")
     return Demos(
         obs={key: np.concatenate([e["obs"][key] for e in episodes]) for key in wanted},
         actions=np.concatenate([e["actions"] for e in episodes]).astype(np.float32),

@@ -13,6 +13,26 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+import tasks
+from tasks.rendering import check_camera_name
+
+
+def check_names(task: str, camera: str, source: str = "the configuration") -> None:
+    """Refuse a task that is not registered, or a camera name that is not ``view[+view...]``
+    of plain names (:func:`tasks.rendering.check_camera_name`): they become file names, so they
+    are checked wherever they were read from.
+
+    Raises:
+        ValueError: Naming the value and where it was read.
+    """
+    if task not in tasks.TASKS:
+        raise ValueError(f"task={task!r} (from {source}) is not a task; choose one of "
+                         f"{sorted(tasks.TASKS)}")
+    try:
+        check_camera_name(camera)
+    except ValueError as error:
+        raise ValueError(f"{error} (from {source})") from None
+
 
 class SuccessDetector:
     """Maps a batch to success probabilities (``predict_proba``) and booleans (``__call__``).

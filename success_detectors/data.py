@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from success_detectors.base import check_names
 from success_detectors.collection import (
     NEAR_STEP,
     CollectConfig,
@@ -116,9 +117,16 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
     if attrs.get("format") != DATA_FORMAT:
         raise ValueError(f"{path} is not a detector dataset (format {attrs.get('format')!r}, "
                          f"expected {DATA_FORMAT!r})")
-    attrs["config"] = json.loads(attrs.get("config", "{}"))
-    attrs["policies"] = json.loads(attrs.get("policies", "[]"))
-    attrs["image_size"] = int(attrs["image_size"])
+    missing = [key for key in ("task", "camera", "image_size") if key not in attrs]
+    if missing:
+        raise ValueError(f"{path}: the detector dataset lacks the root attribute(s) {missing}")
+    try:
+        attrs["config"] = json.loads(attrs.get("config", "{}"))
+        attrs["policies"] = json.loads(attrs.get("policies", "[]"))
+        attrs["image_size"] = int(attrs["image_size"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: a malformed root attribute ({error})") from None
+    check_names(str(attrs["task"]), str(attrs["camera"]), source=str(path))
     return attrs
 
 
@@ -133,7 +141,15 @@ def read_split(path: str | os.PathLike, split: str) -> FrameSet:
         if split not in file:
             raise ValueError(f"{path} has no split {split!r}; it has {sorted(file)}")
         group = file[split]
-        return FrameSet(group["pixels"][()], *(group[column][()] for column in COLUMNS))
+        missing = [f"{split}/{key}" for key in ("pixels", *COLUMNS) if key not in group]
+        if missing:
+            raise ValueError(f"{path}: the detector dataset lacks {missing}")
+        frames = FrameSet(group["pixels"][()], *(group[column][()] for column in COLUMNS))
+    lengths = {len(frames.pixels), *(len(getattr(frames, c)) for c in COLUMNS)}
+    if len(lengths) != 1:
+        raise ValueError(f"{path}: the columns of split {split!r} disagree in length "
+                         f"({sorted(lengths)})")
+    return frames
 
 
 def read_dataset(path: str | os.PathLike) -> dict[str, FrameSet]:

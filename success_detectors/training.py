@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from common.files import write_json
+from common.files import contained_path, write_json
 from success_detectors.augmentation import Augmentation
+from success_detectors.base import check_names
 from success_detectors.cnn import CNNDetector
 from success_detectors.evaluation import evaluate, worst_errors_figure
 from success_detectors.fitting import FitResult, TrainConfig, fit, normalisation_of
@@ -138,6 +139,7 @@ def train_detector(config: TrainDetectorConfig, progress: bool = True) -> TrainD
     """
     torch.set_num_threads(config.train.threads)
     splits, task, camera, image_size = load_splits(config)
+    check_names(task, camera, config.data or "task=/camera=")
     for name in ("train", "val", "test"):
         counts = splits[name].class_counts()
         if min(counts.values()) == 0:
@@ -163,7 +165,7 @@ def train_detector(config: TrainDetectorConfig, progress: bool = True) -> TrainD
     detector = CNNDetector(result.model, task=task, camera=camera, image_size=image_size,
                            threshold=choice.threshold, training_summary=_plain(summary))
     out_dir, stem = Path(config.out_dir), f"{task}_{camera}"
-    checkpoint = detector.save(out_dir / f"{stem}.pt")
+    checkpoint = detector.save(contained_path(out_dir, f"{stem}.pt"))
     figure = worst_errors_figure(out_dir / f"{stem}_worst_errors.png", splits["test"],
                                  test_probs, choice.threshold)
     metrics = {

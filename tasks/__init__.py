@@ -25,7 +25,7 @@ from tasks.pick_place import PickPlace  # noqa: E402
 from tasks.push import Push  # noqa: E402
 from tasks.randomization import RandomizationConfig  # noqa: E402
 from tasks.reach import Reach  # noqa: E402
-from tasks.snapshot import Snapshot  # noqa: E402
+from tasks.snapshot import Snapshot, load_snapshot, save_snapshot  # noqa: E402
 from tasks.task import Task  # noqa: E402
 
 TASKS: dict[str, type[Task]] = {
@@ -76,5 +76,6 @@ mujoco.set_mju_user_warning(_log_mujoco_warning)
 
 __all__ = [
     "GYM_IDS", "TASKS", "ManipulationEnv", "RandomizationConfig", "ScriptedExpert", "Snapshot",
+    "load_snapshot", "save_snapshot",
     "Task", "TaskConfig", "make",
 ]

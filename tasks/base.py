@@ -7,7 +7,6 @@ Options: :class:`tasks.config.TaskConfig`; domain randomisation: :mod:`tasks.ran
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -19,7 +18,9 @@ from tasks.config import OBS_MODES, TaskConfig, check_difficulty, resolve_diffic
 from tasks.randomization import DomainRandomizer, RandomizationConfig
 from tasks.rendering import Cameras, camera_views
 from tasks.snapshot import (
+    STATE_SPEC,
     Snapshot,
+    check_snapshot,
     get_physics_state,
     model_signature,
     plain_copy,
@@ -104,6 +105,7 @@ class ManipulationEnv(gym.Env):
         self._camera_id = self.camera_names.index(config.camera)
         self._randomizer = DomainRandomizer(self.model, self.gripper_body)
         self.model_signature = model_signature(self.model, task.name, config.substeps)
+        self._state_size = mujoco.mj_stateSize(self.model, STATE_SPEC)
 
         obs_spaces: dict[str, gym.Space] = {}
         if config.obs_mode in ("state", "pixels_state"):
@@ -265,11 +267,20 @@ class ManipulationEnv(gym.Env):
     def restore(self, snapshot: Snapshot) -> None:
         """Put the environment back exactly at ``snapshot``.
 
+        Every field is checked before anything is written, so a bad snapshot leaves the
+        environment as it was.
+
         Raises:
-            ValueError: The snapshot is of another task, another model structure, or a model
-                randomised differently from this one (both signatures are named).
+            TypeError: Not a :class:`Snapshot`.
+            ValueError: A malformed field (named), or a snapshot of another task, another model
+                structure, or a model randomised differently from this one (both signatures are
+                named).
         """
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"restore() takes a tasks.Snapshot (from env.snapshot()), got a "
+                            f"{type(snapshot).__name__}")
         self._check_structure(snapshot)
+        check_snapshot(snapshot, self._state_size)
         current = self.randomization_signature()
         if snapshot.randomization_signature != current:
             raise ValueError(
@@ -297,10 +308,16 @@ class ManipulationEnv(gym.Env):
 
     # ---------------------------------------------------------------------------- helpers
     def _check_action(self, action) -> np.ndarray:
-        array = np.asarray(action, dtype=np.float64)
+        """Real, finite numbers of shape (4,), clipped to [-1, 1] (a huge finite value is
+        clipped like any other); anything else raises before the simulator moves."""
+        array = np.asarray(action)
+        if array.dtype.kind not in "iuf":
+            raise ValueError(f"action {action!r} has dtype {array.dtype}; expected real numbers "
+                             "(dx, dy, dz, gripper) in [-1, 1]")
         if array.shape != (4,):
             raise ValueError(f"action has shape {array.shape}; expected (4,) = dx, dy, dz, gripper")
-        if not math.isfinite(array.sum()):
+        array = array.astype(np.float64)
+        if not np.isfinite(array).all():
             raise ValueError(f"action {array.tolist()} is not finite; expected values in [-1, 1]")
         return np.minimum(np.maximum(array, -1.0), 1.0)
 

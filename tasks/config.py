@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tasks.randomization import RandomizationConfig
-from tasks.rendering import QUALITIES
+from tasks.rendering import QUALITIES, check_camera_name
 
 OBS_MODES = ("state", "pixels", "pixels_state")
 
@@ -58,15 +58,19 @@ class TaskConfig:
             raise ValueError(f"obs_mode={self.obs_mode!r}; expected one of {OBS_MODES}")
         if self.render_quality not in QUALITIES:
             raise ValueError(f"render_quality={self.render_quality!r}; expected one of {QUALITIES}")
-        if not 8 <= int(self.image_size) <= 480:
-            raise ValueError(f"image_size={self.image_size}; expected 8..480 pixels")
-        if not (self.timestep > 0 and math.isfinite(self.timestep)):
-            raise ValueError(f"timestep={self.timestep}; expected a positive number of seconds")
-        if int(self.substeps) < 1:
-            raise ValueError(f"substeps={self.substeps}; expected >= 1")
-        if self.max_episode_steps is not None and int(self.max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps={self.max_episode_steps}; expected >= 1 or None")
+        check_camera_name(self.camera)
+        check_int("image_size", self.image_size, 8, 480)
+        check_int("substeps", self.substeps, 1)
+        if self.max_episode_steps is not None:
+            check_int("max_episode_steps", self.max_episode_steps, 1)
+        if not (check_number("timestep", self.timestep) > 0):
+            raise ValueError(f"timestep={self.timestep!r}; expected a positive number of seconds")
+        if not isinstance(self.terminate_on_success, (bool, np.bool_)):
+            raise ValueError(f"terminate_on_success={self.terminate_on_success!r}; expected true "
+                             "or false (a boolean, not a string or number)")
         check_difficulty(self.difficulty)
+        for term, weight in dict(self.reward_weights).items():
+            check_number(f"reward_weights.{term}", weight)
         if isinstance(self.randomization, dict):
             object.__setattr__(self, "randomization", RandomizationConfig(**self.randomization))
 
@@ -82,12 +86,37 @@ class TaskConfig:
         return cls(**options)
 
 
+def check_number(name: str, value: Any) -> float:
+    """A finite real number (not a bool, not a string), as a float.
+
+    Raises:
+        ValueError: Naming ``name`` and the value.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise ValueError(f"{name}={value!r}; expected a finite number")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name}={value!r}; expected a finite number")
+    return float(value)
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """An integer (not a bool, not 1.5) in [low, high].
+
+    Raises:
+        ValueError: Naming ``name``, the value and the range.
+    """
+    bound = f"{low}..{high}" if high is not None else f">= {low}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}={value!r}; expected an integer {bound}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name}={value!r}; expected an integer {bound}")
+    return int(value)
+
+
 def check_difficulty(value: Any) -> float:
-    """Validate a scalar difficulty in [0, 1]."""
-    try:
-        d = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]") from None
+    """Validate a scalar difficulty: a number in [0, 1] (not a string, not a bool)."""
+    d = check_number("difficulty", value)
     if not 0.0 <= d <= 1.0:
         raise ValueError(f"difficulty={value!r}; expected a number in [0, 1]")
     return d

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import re
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +97,22 @@ class CameraRenderer:
 
     def close(self) -> None:
         self._renderer.close()
+
+
+CAMERA_NAME = re.compile(r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*")
+
+
+def check_camera_name(camera: Any) -> str:
+    """A camera name is ``view[+view...]`` of plain names (letters, digits, ``_``): it ends up
+    in file names (``<task>_<camera>.pt``), so ``x/../..`` never gets through.
+
+    Raises:
+        ValueError: Naming the value.
+    """
+    if not isinstance(camera, str) or not CAMERA_NAME.fullmatch(camera):
+        raise ValueError(f"camera={camera!r} is not a camera name: expected names of letters, "
+                         "digits and '_', joined by '+' (e.g. front, goal+goal_side)")
+    return camera
 
 
 def camera_views(camera: str) -> tuple[str, ...]:

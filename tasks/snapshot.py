@@ -5,12 +5,24 @@ bit-identical observations (pixels included) and rewards, in this process or in 
 received the pickle. ``mj_setState`` alone is not enough for that: derived quantities must be
 recomputed with ``mj_forward``, and ``mj_forward`` overwrites the solver's warm-start, so the state
 is set a second time after it (:func:`set_physics_state`).
+
+**Trust.** Pickle is for passing snapshots between the harness's own processes only: unpickling
+a file runs whatever code it holds. On disk, snapshots go through :func:`save_snapshot` /
+:func:`load_snapshot`: plain arrays in an ``.npz`` read with ``allow_pickle=False`` plus a JSON
+record, with a SHA-256 of the content that a changed byte breaks. Every restore checks the
+snapshot's fields (:func:`check_snapshot`) before it writes anything into the simulator.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import math
+import os
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mujoco
@@ -91,3 +103,128 @@ def plain_copy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.copy()
     return value
+
+
+TASK_STATE_KEYS = ("steps", "difficulty", "levels", "gripper_cmd", "instruction")
+
+
+def check_snapshot(snapshot: Any, state_size: int) -> None:
+    """Check every field of ``snapshot`` that a restore writes, before it writes any.
+
+    Args:
+        snapshot: What was passed to ``restore``.
+        state_size: ``mj_stateSize`` of the model it is restored into.
+
+    Raises:
+        TypeError: Not a :class:`Snapshot`.
+        ValueError: A field that is missing or malformed, named.
+    """
+    if not isinstance(snapshot, Snapshot):
+        raise TypeError(f"restore() takes a tasks.Snapshot (from env.snapshot()), got a "
+                        f"{type(snapshot).__name__}")
+    physics = snapshot.physics
+    if not isinstance(physics, bytes) or len(physics) != 8 * state_size:
+        size = len(physics) // 8 if isinstance(physics, bytes) else type(physics).__name__
+        raise ValueError(f"snapshot.physics holds {size} numbers; this model needs {state_size}")
+    if not np.isfinite(np.frombuffer(physics, dtype=np.float64)).all():
+        raise ValueError("snapshot.physics holds NaN or infinite numbers")
+    state = snapshot.task_state
+    missing = [key for key in TASK_STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise ValueError(f"snapshot.task_state lacks {missing}")
+    checks = {
+        "steps": isinstance(state["steps"], (int, np.integer)) and state["steps"] >= 0,
+        "difficulty": _finite(state["difficulty"]) and 0.0 <= state["difficulty"] <= 1.0,
+        "levels": isinstance(state["levels"], dict)
+        and all(_finite(v) and 0.0 <= v <= 1.0 for v in state["levels"].values()),
+        "gripper_cmd": _finite(state["gripper_cmd"]),
+        "instruction": isinstance(state["instruction"], str),
+    }
+    bad = [key for key, ok in checks.items() if not ok]
+    if bad:
+        raise ValueError(f"snapshot.task_state has malformed {bad}: "
+                         f"{ {key: state[key] for key in bad} }")
+    rng = snapshot.rng_state
+    if not isinstance(rng, dict) or not isinstance(rng.get("bit_generator"), str) \
+            or "state" not in rng:
+        raise ValueError(f"snapshot.rng_state is not a numpy bit-generator state: {rng!r}")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) \
+        and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+SNAPSHOT_FILE_FORMAT = 1
+
+
+def save_snapshot(path: str | os.PathLike, snapshot: Snapshot) -> None:
+    """Write ``snapshot`` to ``path`` (``.npz``) without pickle: the physics state and every
+    array as arrays, everything else as JSON, and a SHA-256 of both (see the module docstring).
+    """
+    arrays, record = _to_plain(snapshot)
+    record["sha256"] = _digest(arrays, record)
+    arrays["record"] = np.frombuffer(json.dumps(record, sort_keys=True).encode(), np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(buffer.getvalue())
+    os.replace(tmp, path)
+
+
+def load_snapshot(path: str | os.PathLike) -> Snapshot:
+    """Read a file of :func:`save_snapshot` (no pickle), checking its SHA-256.
+
+    Raises:
+        ValueError: Not such a file, another format, or content that does not match its digest.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+        record = json.loads(arrays.pop("record").tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path} is not a snapshot file of tasks.save_snapshot: {error}") from None
+    if record.get("format") != SNAPSHOT_FILE_FORMAT:
+        raise ValueError(f"{path}: snapshot file format {record.get('format')!r}; expected "
+                         f"{SNAPSHOT_FILE_FORMAT}")
+    recorded = record.pop("sha256", None)
+    if recorded != _digest(arrays, record):
+        raise ValueError(f"{path}: its content does not match its SHA-256 (changed or damaged)")
+    task_state = {**record["task_state"],
+                  **{key[len("task_state."):]: value for key, value in arrays.items()
+                     if key.startswith("task_state.")}}
+    randomization = {key[len("randomization."):]: value for key, value in arrays.items()
+                     if key.startswith("randomization.")}
+    return Snapshot(task=record["task"], model_signature=record["model_signature"],
+                    randomization_signature=record["randomization_signature"],
+                    physics=arrays["physics"].tobytes(), task_state=task_state,
+                    rng_state=record["rng_state"], randomization=randomization)
+
+
+def _to_plain(snapshot: Snapshot) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    if not isinstance(snapshot, Snapshot):
+        raise TypeError(f"save_snapshot takes a tasks.Snapshot, got a {type(snapshot).__name__}")
+    arrays = {"physics": np.frombuffer(snapshot.physics, dtype=np.float64)}
+    plain = {}
+    for key, value in snapshot.task_state.items():
+        if isinstance(value, np.ndarray):
+            arrays[f"task_state.{key}"] = value
+        else:
+            plain[key] = value.item() if isinstance(value, np.generic) else value
+    for key, value in snapshot.randomization.items():
+        arrays[f"randomization.{key}"] = np.asarray(value)
+    record = {"format": SNAPSHOT_FILE_FORMAT, "task": snapshot.task,
+              "model_signature": snapshot.model_signature,
+              "randomization_signature": snapshot.randomization_signature,
+              "task_state": plain, "rng_state": snapshot.rng_state}
+    return arrays, record
+
+
+def _digest(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(record, sort_keys=True).encode())
+    for key in sorted(arrays):
+        array = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}|{array.dtype.str}|{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()

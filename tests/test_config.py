@@ -16,12 +16,15 @@ import tasks
 from harness import trainers
 from harness.config import (
     A2CConfig,
+    CNNPolicyConfig,
     ConfigError,
     FixedCurriculumConfig,
     GroupAlgoConfig,
+    MLPPolicyConfig,
     PPOConfig,
     SuccessBandCurriculumConfig,
     TaskOptions,
+    TinyVLAConfig,
     TrainConfig,
     TRPOConfig,
     compose,
@@ -128,6 +131,73 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
     assert config.policy.name == "cnn"
 
 
+SB3_FIELDS = {"net_arch", "activation", "log_std_init", "features_dim"}
+TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_size",
+                   "image_features"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "schema", "fields", "absent"),
+    [(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels"], TinyVLAConfig,
+      TINY_VLA_FIELDS, SB3_FIELDS),
+     (["policy=cnn", "algo=ppo", "task.obs_mode=pixels"], CNNPolicyConfig,
+      SB3_FIELDS, TINY_VLA_FIELDS),
+     (["policy=mlp"], MLPPolicyConfig,
+      {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim"},
+      {"features_dim", "conv_channels", "pooled_size", "image_features"})],
+)
+def test_each_policy_file_composes_into_a_schema_of_only_the_fields_it_reads(
+        overrides, schema, fields, absent):
+    config = compose(overrides)
+    assert type(config.policy) is schema
+    printed = OmegaConf.create(to_yaml(config)).policy  # what --cfg job and config.yaml show
+    assert set(printed) == {"name", "use_instruction", *fields}
+    assert not absent & set(printed)
+
+
+def test_token_policies_give_their_token_policy_config():
+    vla = compose(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels",
+                   "policy.conv_channels=[4,8]", "policy.image_features=avg_pool"])
+    token = vla.policy.token_policy_config()
+    assert (token.kind, token.conv_channels, token.image_features, token.use_instruction) == \
+        ("tiny_vla", (4, 8), "avg_pool", True)
+    token = compose(["policy=mlp", "algo=grpo", "policy.hidden=32"]).policy.token_policy_config()
+    assert (token.kind, token.hidden, token.use_instruction) == ("mlp", 32, False)
+    cnn = compose(["policy=cnn", "task.obs_mode=pixels"])
+    with pytest.raises(ConfigError, match="policy='cnn' is not a token policy"):
+        cnn.policy.token_policy_config()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels", "policy.net_arch=[8]"],
+      "policy.net_arch"),
+     (["policy=cnn", "task.obs_mode=pixels", "policy.num_bins=5"], "policy.num_bins"),
+     (["policy=mlp", "policy.conv_channels=[8]"], "policy.conv_channels")],
+)
+def test_a_field_the_policy_does_not_read_fails_at_composition(overrides, key):
+    with pytest.raises(ConfigCompositionException, match=key):
+        compose(overrides)
+
+
+def test_policy_name_must_match_its_schema():
+    with pytest.raises(ConfigError, match="policy.name='cnn' with the MLPPolicyConfig schema"):
+        compose(["policy.name=cnn", "task.obs_mode=pixels"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "read"),
+    [(["policy=mlp"], {"name", "net_arch", "activation", "log_std_init"}),
+     (["policy=cnn", "task.obs_mode=pixels"],
+      {"name", "net_arch", "activation", "log_std_init", "features_dim"})],
+)
+def test_checkpoint_metadata_holds_what_sb3_rebuilds_its_network_from(overrides, read):
+    """``harness.algos.sb3.build_model`` rebuilds the network from the metadata's ``policy``,
+    as ``harness.runs.Run.checkpoint_metadata`` stores it."""
+    config = compose(overrides)
+    assert read <= set(OmegaConf.to_container(OmegaConf.structured(config.policy)))
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [(["algo.batch_size=4096"], ["algo.batch_size=4096", "algo.n_steps=2048", "n_envs=1"]),
@@ -166,10 +236,17 @@ def test_wrong_type_names_the_key():
         compose(["total_timesteps=many"])
 
 
-def test_resolved_yaml_round_trips():
-    config = compose(["algo=trpo", "task=push", "curriculum=linear", "seed=3"])
+@pytest.mark.parametrize(
+    "overrides",
+    [["algo=trpo", "task=push", "curriculum=linear", "seed=3"],
+     ["algo=grpo", "policy=tiny_vla", "task.obs_mode=pixels", "policy.conv_channels=[8,8]"],
+     ["algo=a2c", "policy=cnn", "task.obs_mode=pixels_state", "policy.features_dim=64"]],
+)
+def test_resolved_yaml_round_trips(overrides):
+    config = compose(overrides)
     schema = OmegaConf.structured(TrainConfig)
-    schema.algo = OmegaConf.structured(TRPOConfig)
+    schema.algo = OmegaConf.structured(type(config.algo))
+    schema.policy = OmegaConf.structured(type(config.policy))
     schema.curriculum = OmegaConf.structured(type(config.curriculum))
     again = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.create(to_yaml(config))))
     assert again == config

@@ -118,3 +118,17 @@ def test_a_crafted_sb3_zip_has_its_pickles_ignored(tmp_path):
     assert result.success_rate == summary["success_rate"]  # the weights are the run's own
     trainers.train(compose([*SB3, "total_timesteps=128", "resume=true"]), run_dir)
     assert not marker.exists()
+
+
+def test_sb3_saves_its_last_checkpoint_before_the_final_evaluation(tmp_path, monkeypatch):
+    """A failure in the final evaluation loses no training: ``latest`` already holds the end."""
+    from harness.algos import sb3
+
+    def broken(self, episodes, video_episodes, seed, sampled=False):
+        raise RuntimeError("the final evaluation failed")
+
+    monkeypatch.setattr(sb3.SB3Trainer, "evaluate", broken)
+    with pytest.raises(RuntimeError, match="final evaluation failed"):
+        trainers.train(compose([*SB3, "total_timesteps=128"]), tmp_path / "ppo")
+    latest = json.loads((tmp_path / "ppo" / "checkpoints" / "latest.json").read_text())
+    assert latest["num_timesteps"] == 128

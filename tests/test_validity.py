@@ -309,16 +309,16 @@ def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_pa
 
 
 def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
-    import harness.evaluation as evaluation
+    import harness.algos.group as group
 
     seeds = []
-    real = evaluation.evaluate
+    real = group.evaluate
 
     def spy(policy_fn, env_factory, episodes, difficulties, seed, videos=0):
         seeds.append((seed, episodes))
         return real(policy_fn, env_factory, episodes, difficulties, seed, videos)
 
-    monkeypatch.setattr(evaluation, "evaluate", spy)
+    monkeypatch.setattr(group, "evaluate", spy)
     train(tmp_path, "run", "algo.iterations=2", "eval.every_steps=50")
     periodic = [seed for seed, episodes in seeds if episodes == 4]
     final = [seed for seed, episodes in seeds if episodes == 10]

@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 import tasks
 from common.stats import paired_summary
@@ -43,10 +44,18 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, score
 from harness.algos.rollouts import RolloutPool
 from harness.config import MAX_RESAMPLE_ROUNDS
-from harness.policies import TokenPolicy, build_policy, obs_to_batch, resolve_device
+from harness.evaluation import evaluate
+from harness.policies import (
+    TokenPolicy,
+    TokenPolicyConfig,
+    build_policy,
+    obs_to_batch,
+    resolve_device,
+)
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import CheckpointError
+from harness.start_policy import cloned_start_policy
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +125,7 @@ def validate_checkpoint(checkpoint, metadata: dict[str, Any]) -> None:
 
 
 def _policy_from_checkpoint(state: dict[str, Any], which: str = "policy") -> TokenPolicy:
-    from harness.policies import TokenPolicyConfig
-
+    """The fine-tuned (``which="policy"``) or start (``"reference"``) policy of a checkpoint."""
     policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
                           {k: tuple(v) for k, v in state["obs_shapes"].items()})
     policy.load_state_dict(state["trainer"][which])
@@ -135,8 +143,6 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
                              f"{cfg.policy.name!r}")
         return policy, {}
     if algo.bc_demos > 0:
-        from harness.start_policy import cloned_start_policy
-
         return cloned_start_policy(
             cfg.task.name, cfg.task.env_options(), cfg.policy.token_policy_config(),
             algo.bc_demos, algo.bc_epochs,
@@ -164,10 +170,6 @@ def train(cfg, run) -> dict[str, Any]:
         ``improvement`` with its interval and p-value, ``env_steps``, ``iterations`` and
         ``time_limit_reached``.
     """
-    from tqdm import tqdm
-
-    from harness.evaluation import evaluate
-
     algo = cfg.algo
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)

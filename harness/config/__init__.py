@@ -7,9 +7,11 @@ any environment exists. :func:`load` then converts the ``DictConfig`` once into 
 :class:`TrainConfig` (running every ``__post_init__``), and the library only ever sees these
 objects.
 
-The ``algo`` and ``curriculum`` groups hold a different dataclass per choice; each group file
-names its schema in its defaults list (``/schema/algo@_here_: ppo``), so the node is typed by the
-choice. Schemas live in the ``schema/`` group so that they never show up as choices of a group.
+The ``algo``, ``policy`` and ``curriculum`` groups hold a different dataclass per choice; each
+group file names its schema in its defaults list (``/schema/algo@_here_: ppo``), so the node is
+typed by the choice and holds only that choice's fields. Schemas live in the ``schema/`` group so
+that they never show up as choices of a group. Importing this package registers them
+(:func:`register_configs`), so every app that takes one of these groups composes.
 
 One module per group: :mod:`~harness.config.task`, :mod:`~harness.config.algos`,
 :mod:`~harness.config.policy`, :mod:`~harness.config.curriculum`; the primary config and its
@@ -45,7 +47,13 @@ from harness.config.policy import (
     POLICIES,
     POLICIES_BY_FAMILY,
     POLICY_OBS_KEY,
+    POLICY_SCHEMAS,
+    CNNPolicyConfig,
+    MLPPolicyConfig,
     PolicyConfig,
+    SB3PolicyFields,
+    TinyVLAConfig,
+    TokenPolicyFields,
 )
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.config.train import (
@@ -71,6 +79,7 @@ __all__ = [
     "POLICIES",
     "POLICIES_BY_FAMILY",
     "POLICY_OBS_KEY",
+    "POLICY_SCHEMAS",
     "REWARDS",
     "SB3_ALGOS",
     "SB3_BAND_GROUP_SIZE",
@@ -79,6 +88,7 @@ __all__ = [
     "ZERO_SIGNAL",
     "A2CConfig",
     "AlgoConfig",
+    "CNNPolicyConfig",
     "ConfigError",
     "CurriculumConfig",
     "EvalConfig",
@@ -86,12 +96,16 @@ __all__ = [
     "GroupAlgoConfig",
     "LinearCurriculumConfig",
     "LoggerConfig",
+    "MLPPolicyConfig",
     "PPOConfig",
     "PolicyConfig",
     "SB3AlgoConfig",
+    "SB3PolicyFields",
     "SuccessBandCurriculumConfig",
     "TRPOConfig",
     "TaskOptions",
+    "TinyVLAConfig",
+    "TokenPolicyFields",
     "TrainConfig",
     "UniformCurriculumConfig",
     "VerifierConfig",
@@ -100,3 +114,5 @@ __all__ = [
     "register_configs",
     "to_yaml",
 ]
+
+register_configs()

@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config.algos import ALGO_SCHEMAS
 from harness.config.curriculum import CURRICULUM_SCHEMAS
 from harness.config.errors import ConfigError
+from harness.config.policy import POLICY_SCHEMAS
 from harness.config.train import TrainConfig
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -23,11 +24,14 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent): ``train_schema`` for the primary
-    config, ``schema/algo/*`` and ``schema/curriculum/*`` for the group files."""
+    config, ``schema/algo/*``, ``schema/policy/*`` and ``schema/curriculum/*`` for the group
+    files."""
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     for name, schema in ALGO_SCHEMAS.items():
         store.store(group="schema/algo", name=name, node=schema)
+    for name, schema in POLICY_SCHEMAS.items():
+        store.store(group="schema/policy", name=name, node=schema)
     for name, schema in CURRICULUM_SCHEMAS.items():
         store.store(group="schema/curriculum", name=name, node=schema)
 

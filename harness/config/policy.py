@@ -1,11 +1,18 @@
-"""The ``policy`` group: the network of the SB3 baselines or of the group trainer's token policy."""
+"""The ``policy`` group: one schema per network, so each holds only the fields its network reads.
+
+``cnn`` is an SB3 network, ``tiny_vla`` a token policy of the group trainer, and ``mlp`` serves
+both (SB3's ``MlpPolicy`` or the group trainer's MLP token policy), so its schema has both sets.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from harness.config.errors import check
-from harness.policies import TokenPolicyConfig
+from omegaconf import MISSING
+
+from harness.config.errors import ConfigError, check
+from harness.policies import KINDS, TokenPolicyConfig
 from harness.policies.token_policy import IMAGE_FEATURES
 
 POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla")
@@ -20,53 +27,132 @@ ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
 
 @dataclass
 class PolicyConfig:
-    """The ``policy`` group: network of the SB3 baselines or of the group trainer's token policy.
+    """Base of the ``policy`` group.
 
     Attributes:
         name: ``mlp`` (reads ``state``), ``cnn`` (SB3 ``MultiInputPolicy`` with NatureCNN on
             ``pixels``, plus ``proprio``/``state``) or ``tiny_vla`` (token policy on ``pixels``).
-        net_arch: SB3: hidden sizes of the policy and value MLPs.
-        activation: SB3: ``tanh``, ``relu`` or ``elu``.
-        log_std_init: SB3: initial log standard deviation of the Gaussian actions.
-        features_dim: SB3 ``cnn``: width of the CNN's output.
         use_instruction: Also feed the instruction tokens (SB3: as a flat vector).
-        num_bins: Token policies: K tokens per action dimension.
-        hidden: Token policies: width of the fused feature and MLP layers.
-        embed_dim: Token policies: instruction embedding and proprio encoder width.
-        conv_channels: Token policies: channels of the image encoder's convolutions.
-        pooled_size: Token policies: side of the pooled feature map (``avg_pool`` only).
-        image_features: Token policies: ``spatial_softmax`` (keypoints, the default) or
-            ``avg_pool`` (``harness.policies.TokenPolicyConfig.image_features``).
     """
 
-    name: str = "mlp"
+    name: str = MISSING
+    use_instruction: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.name in POLICIES,
+              f"policy.name={self.name!r} is unknown; choose one of {POLICIES}")
+        schema = POLICY_SCHEMAS[self.name]
+        # The base alone stands for "some policy" (a default before the group file is merged).
+        check(type(self) is PolicyConfig or isinstance(self, schema),
+              f"policy.name={self.name!r} with the {type(self).__name__} schema, which lacks "
+              f"fields {self.name!r} reads; choose the network with policy={self.name}")
+
+    def token_policy_config(self) -> TokenPolicyConfig:
+        """The ``harness.policies.TokenPolicyConfig`` of ``mlp`` / ``tiny_vla`` (group trainer).
+
+        Raises:
+            ConfigError: The policy is not a token policy.
+        """
+        raise ConfigError(f"policy={self.name!r} is not a token policy; choose one of {KINDS}")
+
+
+@dataclass
+class SB3PolicyFields(PolicyConfig):
+    """The fields of SB3's actor-critic networks.
+
+    Attributes:
+        net_arch: Hidden sizes of the policy and value MLPs.
+        activation: ``tanh``, ``relu`` or ``elu``.
+        log_std_init: Initial log standard deviation of the Gaussian actions.
+    """
+
     net_arch: list[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
     log_std_init: float = 0.0
-    features_dim: int = 128
-    use_instruction: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.activation in ACTIVATIONS,
+              f"policy.activation={self.activation!r}; choose one of {ACTIVATIONS}")
+        check(all(int(n) >= 1 for n in self.net_arch),
+              f"policy.net_arch={list(self.net_arch)}; sizes must be >= 1")
+
+
+@dataclass
+class TokenPolicyFields(PolicyConfig):
+    """The fields every token policy of the group trainer reads.
+
+    Attributes:
+        num_bins: K tokens per action dimension.
+        hidden: Width of the fused feature and MLP layers.
+        embed_dim: Instruction embedding (and ``tiny_vla``'s proprio encoder) width.
+    """
+
     num_bins: int = 11
     hidden: int = 128
     embed_dim: int = 32
+
+    def token_policy_config(self) -> TokenPolicyConfig:
+        return TokenPolicyConfig(kind=self.name, num_bins=self.num_bins, hidden=self.hidden,
+                                 embed_dim=self.embed_dim, use_instruction=self.use_instruction)
+
+
+@dataclass
+class MLPPolicyConfig(TokenPolicyFields, SB3PolicyFields):
+    """``mlp`` on the ``state`` vector: SB3's ``MlpPolicy`` or the group trainer's
+    ``harness.policies.MLPTokenPolicy``; each reads its own set of fields."""
+
+    name: str = "mlp"
+
+
+@dataclass
+class CNNPolicyConfig(SB3PolicyFields):
+    """``cnn``: SB3's ``MultiInputPolicy`` with NatureCNN on ``pixels``.
+
+    Attributes:
+        features_dim: Width of the CNN's output.
+    """
+
+    name: str = "cnn"
+    features_dim: int = 128
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.features_dim >= 1, f"policy.features_dim={self.features_dim}; must be >= 1")
+
+
+@dataclass
+class TinyVLAConfig(TokenPolicyFields):
+    """``tiny_vla``: the group trainer's token policy on ``pixels`` (``harness.policies.TinyVLA``).
+
+    Attributes:
+        conv_channels: Channels of the image encoder's convolutions.
+        pooled_size: Side of the pooled feature map (``avg_pool`` only).
+        image_features: ``spatial_softmax`` (keypoints, the default) or ``avg_pool``
+            (``harness.policies.TokenPolicyConfig.image_features``).
+    """
+
+    name: str = "tiny_vla"
+    use_instruction: bool = True
     conv_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     pooled_size: int = 4
     image_features: str = "spatial_softmax"
 
     def __post_init__(self) -> None:
-        check(self.name in POLICIES,
-              f"policy.name={self.name!r} is unknown; choose one of {POLICIES}")
-        check(self.activation in ACTIVATIONS,
-              f"policy.activation={self.activation!r}; choose one of {ACTIVATIONS}")
-        check(all(int(n) >= 1 for n in self.net_arch),
-              f"policy.net_arch={list(self.net_arch)}; sizes must be >= 1")
-        check(self.features_dim >= 1, f"policy.features_dim={self.features_dim}; must be >= 1")
+        super().__post_init__()
         check(self.image_features in IMAGE_FEATURES,
               f"policy.image_features={self.image_features!r}; choose one of {IMAGE_FEATURES}")
 
     def token_policy_config(self) -> TokenPolicyConfig:
-        """The ``harness.policies.TokenPolicyConfig`` of ``mlp`` / ``tiny_vla`` (group trainer)."""
-        return TokenPolicyConfig(
-            kind=self.name, num_bins=self.num_bins, hidden=self.hidden, embed_dim=self.embed_dim,
-            conv_channels=tuple(self.conv_channels), pooled_size=self.pooled_size,
-            use_instruction=self.use_instruction, image_features=self.image_features,
+        return dataclasses.replace(
+            super().token_policy_config(), conv_channels=tuple(self.conv_channels),
+            pooled_size=self.pooled_size, image_features=self.image_features,
         )
+
+
+# The schema each ``conf/policy/*.yaml`` names in its defaults list (``/schema/policy@_here_: cnn``)
+POLICY_SCHEMAS: dict[str, type[PolicyConfig]] = {
+    "mlp": MLPPolicyConfig,
+    "cnn": CNNPolicyConfig,
+    "tiny_vla": TinyVLAConfig,
+}

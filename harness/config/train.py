@@ -4,6 +4,7 @@ and the checks that span groups (policy against algorithm and observations, seed
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +134,7 @@ class TrainConfig:
 
     task: TaskOptions = field(default_factory=TaskOptions)
     algo: AlgoConfig = MISSING
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: PolicyConfig = MISSING
     curriculum: CurriculumConfig = MISSING
     detector: dict[str, Any] = field(default_factory=dict)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -150,6 +151,8 @@ class TrainConfig:
     torch_threads: int = 1
 
     def __post_init__(self) -> None:
+        for name, value in _numbers(self):
+            check(math.isfinite(value), f"{name}={value}; must be a finite number")
         check(self.total_timesteps >= 1, f"total_timesteps={self.total_timesteps}; must be >= 1")
         check(self.n_envs >= 1, f"n_envs={self.n_envs}; must be >= 1")
         check(self.torch_threads >= 1, f"torch_threads={self.torch_threads}; must be >= 1")
@@ -280,3 +283,19 @@ class TrainConfig:
                   f"{dict(ranges)[name_a]} (first, stop) and {name_b} plays "
                   f"{dict(ranges)[name_b]}; a start state must not be both trained on and "
                   "evaluated on: change seed, eval.seed or eval.validation_seed")
+
+
+def _numbers(node: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """Every float of a config tree (dataclasses, dicts, lists) with its dotted name."""
+    if dataclasses.is_dataclass(node):
+        items = [(f.name, getattr(node, f.name)) for f in dataclasses.fields(node)]
+    elif isinstance(node, dict):
+        items = list(node.items())
+    elif isinstance(node, (list, tuple)):
+        items = [(str(i), v) for i, v in enumerate(node)]
+    else:
+        return [(prefix.rstrip("."), float(node))] if isinstance(node, float) else []
+    found = []
+    for key, value in items:
+        found += _numbers(value, f"{prefix}{key}.")
+    return found

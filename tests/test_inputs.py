@@ -1,0 +1,225 @@
+"""Strict inputs: every loader and option rejects bad values with an error that names them, and a
+rejected input changes nothing (a crafted-input corpus over task options, actions, snapshots,
+snapshot files and training options)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import tasks
+from harness.config import ConfigError, compose
+
+
+@pytest.mark.parametrize(("option", "value", "match"), [
+    ("terminate_on_success", "false", "terminate_on_success='false'"),
+    ("terminate_on_success", 1, "terminate_on_success=1"),
+    ("image_size", 84.5, "image_size=84.5"),
+    ("image_size", True, "image_size=True"),
+    ("image_size", 4, "image_size=4"),
+    ("substeps", 1.5, "substeps=1.5"),
+    ("max_episode_steps", 0, "max_episode_steps=0"),
+    ("difficulty", "0.5", "difficulty='0.5'"),
+    ("difficulty", True, "difficulty=True"),
+    ("difficulty", float("nan"), "difficulty=nan"),
+    ("timestep", float("inf"), "timestep=inf"),
+    ("reward_weights", {"reach": float("nan")}, "reward_weights.reach=nan"),
+    ("camera", 3, "camera=3"),
+    ("camera", "x/../../escaped", "not a camera name"),
+])
+def test_task_options_are_checked_by_type_and_range(option, value, match):
+    with pytest.raises(ValueError, match=match.replace("[", r"\[")):
+        tasks.make("reach", **{option: value})
+
+
+@pytest.mark.parametrize(("action", "match"), [
+    (np.array([1 + 2j, 0, 0, 0]), "complex"),
+    (np.array(["0.1", "0", "0", "0"]), "dtype <U3"),
+    (np.array([True, False, True, False]), "dtype bool"),
+    (np.array([0.0, np.nan, 0.0, 0.0]), "not finite"),
+    (np.zeros(3), "shape"),
+])
+def test_bad_actions_raise_before_the_simulator_moves(action, match):
+    env = tasks.make("reach")
+    env.reset(seed=0)
+    before = env.unwrapped.snapshot()
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    after = env.unwrapped.snapshot()
+    assert after.physics == before.physics and after.task_state["steps"] == 0
+
+
+def test_huge_finite_actions_are_clipped_like_any_other():
+    env, other = tasks.make("reach"), tasks.make("reach")
+    env.reset(seed=1)
+    other.reset(seed=1)
+    huge = env.step(np.array([1e308, -1e308, 1e300, -5.0]))[0]
+    unit = other.step(np.array([1.0, -1.0, 1.0, -1.0]))[0]
+    assert np.array_equal(huge["state"], unit["state"])
+
+
+def test_a_bad_snapshot_leaves_the_env_as_it_was():
+    env = tasks.make("push")
+    env.reset(seed=0)
+    good = env.unwrapped.snapshot()
+    env.step(env.action_space.sample())
+    before = env.unwrapped.snapshot()
+    broken = [
+        ("not a snapshot", TypeError, "tasks.Snapshot"),
+        (good.__class__(**{**good.__dict__, "physics": good.physics[:-8]}), ValueError, "numbers"),
+        (good.__class__(**{**good.__dict__, "task_state": {**good.task_state, "steps": -1}}),
+         ValueError, "steps"),
+        (good.__class__(**{**good.__dict__,
+                           "task_state": {**good.task_state, "difficulty": "hard"}}),
+         ValueError, "difficulty"),
+        (good.__class__(**{**good.__dict__, "rng_state": {}}), ValueError, "rng_state"),
+    ]
+    for snapshot, error, match in broken:
+        with pytest.raises(error, match=match):
+            env.unwrapped.restore(snapshot)
+        after = env.unwrapped.snapshot()
+        assert after.physics == before.physics and after.task_state["steps"] == 1
+
+
+@pytest.mark.parametrize("name", sorted(tasks.TASKS))
+def test_snapshot_files_round_trip_without_pickle(tmp_path, name):
+    env = tasks.make(name, randomization={"enabled": True}) if name == "push" else tasks.make(name)
+    env.reset(seed=3)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    snapshot = env.unwrapped.snapshot()
+    tasks.save_snapshot(tmp_path / "s.npz", snapshot)
+    loaded = tasks.load_snapshot(tmp_path / "s.npz")
+    action = np.array([0.3, -0.2, 0.1, 1.0])
+    env.reset(options={"snapshot": snapshot})
+    expected = env.step(action)[0]
+    env.reset(options={"snapshot": loaded})
+    again = env.step(action)[0]
+    assert all(np.array_equal(expected[k], again[k]) for k in expected)
+
+
+def test_a_changed_byte_in_a_snapshot_file_is_refused_or_changes_nothing(tmp_path):
+    """40 single-bit flips across the file: each is refused, or sits in zip bookkeeping (dates,
+    attributes) and loads the very same snapshot; none loads a different one."""
+    env = tasks.make("reach")
+    env.reset(seed=0)
+    original = env.unwrapped.snapshot()
+    tasks.save_snapshot(tmp_path / "s.npz", original)
+    data = (tmp_path / "s.npz").read_bytes()
+    refused = 0
+    for offset in range(0, len(data), max(1, len(data) // 40)):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0x01
+        (tmp_path / "f.npz").write_bytes(bytes(flipped))
+        try:
+            loaded = tasks.load_snapshot(tmp_path / "f.npz")
+        except ValueError:
+            refused += 1
+            continue
+        assert loaded.physics == original.physics and loaded.rng_state == original.rng_state
+        assert loaded.task_state.keys() == original.task_state.keys()
+        for key, value in original.task_state.items():
+            assert np.array_equal(loaded.task_state[key], value), key
+    assert refused >= 30
+
+
+def test_a_pickled_file_is_not_a_snapshot_file(tmp_path):
+    (tmp_path / "s.npz").write_bytes(pickle.dumps({"physics": b""}))
+    with pytest.raises(ValueError, match="not a snapshot file"):
+        tasks.load_snapshot(tmp_path / "s.npz")
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("seed=-1", "seed=-1"),
+    ("eval.seed=-5", "eval.seed=-5"),
+    ("algo.learning_rate=nan", "learning_rate=nan"),
+    ("algo.learning_rate=inf", "learning_rate=inf"),
+    ("+task.reward_weights.reach=nan", "reward_weights.reach=nan"),
+    ("algo.clip_low=nan", "clip_low=nan"),
+    ("algo.temperature=inf", "temperature=inf"),
+])
+def test_training_options_must_be_finite_and_in_range(override, match):
+    with pytest.raises(ConfigError, match=match):
+        compose(["algo=grpo", override])
+
+
+# ------------------------------------------------------------------------------- data files
+@pytest.fixture(scope="module")
+def demo_file(tmp_path_factory):
+    from harness.demos import collect_demos
+
+    path = tmp_path_factory.mktemp("demos") / "reach.hdf5"
+    collect_demos(path, "reach", 2, obs_mode="state", max_episode_steps=20, progress=False)
+    return path
+
+
+def _replace(group, name, data):
+    """Swap dataset ``name`` of an HDF5 group for ``data``."""
+    del group[name]
+    group.create_dataset(name, data=data)
+
+
+def _edited_copy(source, target, edit):
+    import shutil
+
+    import h5py
+
+    shutil.copy(source, target)
+    with h5py.File(target, "r+") as file:
+        edit(file)
+    return target
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda f: f["data/demo_0/actions"].__setitem__((0, 1), np.nan), "non-finite"),
+    (lambda f: _replace(f["data/demo_0"], "actions", np.zeros((len(f["data/demo_0/actions"]), 3))),
+     "(steps, 4)"),
+    (lambda f: f["data"].attrs.__setitem__("env_args", "{not json"), "env_args"),
+])
+def test_a_damaged_demo_file_names_the_file_and_the_field(demo_file, tmp_path, edit, match):
+    from harness.demos import load_demos
+
+    damaged = _edited_copy(demo_file, tmp_path / "damaged.hdf5", edit)
+    with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)")) as error:
+        load_demos(damaged)
+    assert "damaged.hdf5" in str(error.value)
+
+
+@pytest.fixture(scope="module")
+def detector_file(tmp_path_factory):
+    from success_detectors.data import write_dataset
+    from success_detectors.frames import empty_frames
+
+    frames = empty_frames((8, 8, 3))
+    path = tmp_path_factory.mktemp("det") / "push.h5"
+    write_dataset(path, {"train": frames, "val": frames, "test": frames}, task="push",
+                  camera="front")
+    return path
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda f: f["train"].__delitem__("label"), "lacks \\['train/label'\\]"),
+    (lambda f: f.attrs.__delitem__("camera"), "lacks the root attribute\\(s\\) \\['camera'\\]"),
+    (lambda f: f.attrs.__setitem__("camera", "x/../../escaped"), "not a camera name"),
+    (lambda f: f.attrs.__setitem__("task", "stack"), "task='stack'"),
+])
+def test_a_damaged_detector_file_names_the_file_and_the_field(detector_file, tmp_path, edit,
+                                                              match):
+    from success_detectors.data import read_dataset
+
+    damaged = _edited_copy(detector_file, tmp_path / "damaged.h5", edit)
+    with pytest.raises(ValueError, match=match) as error:
+        read_dataset(damaged)
+    assert "damaged.h5" in str(error.value)
+
+
+def test_detector_outputs_stay_inside_their_folder(tmp_path):
+    from common.files import contained_path
+
+    assert contained_path(tmp_path, "push_front.pt") == tmp_path / "push_front.pt"
+    with pytest.raises(ValueError, match="outside the output folder"):
+        contained_path(tmp_path, "push_x/../../escaped.pt")
+    with pytest.raises(ValueError, match="outside the output folder"):
+        contained_path(tmp_path, "/etc/escaped.pt")
