@@ -46,10 +46,12 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix if suffix is None else suffix
+    _remove_orphans(path, suffix)
     # A unique name in the same folder: os.replace is atomic only within one file system, and
     # two writers of the same path must not share a temporary file. The writer creates it, so
-    # it gets the usual permissions.
-    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{suffix}")
+    # it gets the usual permissions; the writer's pid in the name lets a later writer remove it
+    # if the process was killed before it could.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp{suffix}")
     try:
         yield tmp
         with open(tmp, "rb") as file:
@@ -72,6 +74,24 @@ def contained_path(root: str | os.PathLike, name: str) -> Path:
     if Path(name).is_absolute() or not path.resolve().is_relative_to(root.resolve()):
         raise ValueError(f"{name!r} would write outside the output folder {root}")
     return path
+
+
+def _remove_orphans(path: Path, suffix: str) -> None:
+    """Delete temporary files of ``path`` left by writers that were killed (their pid is gone)."""
+    for orphan in path.parent.glob(f".{path.stem}.*-*.tmp{suffix}"):
+        pid = orphan.name[len(path.stem) + 2:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            orphan.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def sha256_of(path: str | os.PathLike) -> str:

@@ -1,0 +1,115 @@
+"""Soak test of the group trainer: train for a long time and sample the memory of every process.
+
+    python scripts/soak_group.py --minutes 60 --out outputs/soak
+
+runs ``scripts/train.py`` with the main job's pixel settings (TinyVLA on ``push``, 2 rollout
+workers) for ``--minutes`` (budgeted by ``max_minutes``: a soak is about time, not a result), and
+every ``--every`` seconds records the resident memory of the trainer process and of its rollout
+workers (from ``/proc``, Linux). Writes ``rss.csv``, ``soak.json`` (first, last and peak RSS, the
+growth over the second half) and ``rss.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from common.files import atomic_write_text, write_json  # noqa: E402
+
+SETTINGS = [
+    "+experiment=main_job", "algo.bc_demos=5", "algo.bc_epochs=5", "algo.state_pretrain_episodes=0",
+    "algo.iterations=1000000", "eval.every_steps=50000", "eval.episodes=10",
+    "eval.final_episodes=10", "checkpoint_every_steps=20000", "logger.progress_bar=false",
+    "hydra/job_logging=none", "hydra/hydra_logging=none",
+]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process in MiB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid``."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="length of the soak")
+    parser.add_argument("--every", type=float, default=15.0, help="seconds between samples")
+    parser.add_argument("--out", type=Path, default=Path("outputs/soak"), help="output folder")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0 or args.every <= 0:
+        parser.error(f"--minutes={args.minutes} and --every={args.every} must be > 0")
+    args.out.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "scripts/train.py", *SETTINGS, f"max_minutes={args.minutes}",
+         f"hydra.run.dir={args.out / 'run'}"], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started, rows = time.monotonic(), []
+    while process.poll() is None:
+        workers = children(process.pid)
+        rows.append((round(time.monotonic() - started, 1), round(rss_mb(process.pid), 1),
+                     round(sum(rss_mb(pid) for pid in workers), 1), len(workers)))
+        time.sleep(args.every)
+    stderr = process.stderr.read().decode()
+    if process.returncode != 0:
+        sys.exit(f"the soak run failed ({process.returncode}):\n{stderr[-3000:]}")
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(("seconds", "trainer_rss_mb", "workers_rss_mb", "workers"))
+    writer.writerows(rows)
+    atomic_write_text(args.out / "rss.csv", buffer.getvalue())
+    busy = [row for row in rows if row[3] > 0] or rows
+    half = busy[len(busy) // 2:]
+    total = [row[1] + row[2] for row in busy]
+    summary = {
+        "minutes": round(rows[-1][0] / 60.0, 1), "samples": len(rows),
+        "trainer_rss_mb": {"first": busy[0][1], "last": busy[-1][1],
+                           "peak": max(row[1] for row in busy)},
+        "workers_rss_mb": {"first": busy[0][2], "last": busy[-1][2],
+                           "peak": max(row[2] for row in busy)},
+        "total_rss_growth_second_half_mb": round(half[-1][1] + half[-1][2]
+                                                 - half[0][1] - half[0][2], 1),
+        "total_rss_peak_mb": round(max(total), 1),
+        "summary": str(args.out / "run" / "summary.json"),
+    }
+    write_json(args.out / "soak.json", summary)
+
+    from common.plots import plt, save_figure
+
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    minutes = [row[0] / 60.0 for row in rows]
+    axis.plot(minutes, [row[1] for row in rows], label="trainer process")
+    axis.plot(minutes, [row[2] for row in rows], label="rollout workers (sum)")
+    axis.set_xlabel("minutes")
+    axis.set_ylabel("resident memory (MiB)")
+    axis.set_ylim(bottom=0)
+    axis.legend()
+    axis.set_title("group trainer soak: memory over time")
+    save_figure(figure, args.out / "rss.png", dpi=110, bbox_inches="tight")
+    print(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
