@@ -188,3 +188,23 @@ def test_resume_from_a_corrupt_checkpoint_says_so(ppo_run, tmp_path, damage, mon
 def test_fresh_run_refuses_a_directory_holding_a_run(ppo_run):
     with pytest.raises(CheckpointError, match="resume=true"):
         trainers.train(tiny_config("ppo", "logger=none"), ppo_run)
+
+
+def test_a_resumed_run_dumps_on_the_same_step_grid(tmp_path):
+    """SB3 counts ``log_interval`` in iterations of one ``learn`` call; the harness counts it in
+    steps, so a run resumed off the grid (320 steps, grid 192) dumps where the uninterrupted
+    run does."""
+    overrides = ["algo=ppo", "algo.n_steps=64", "algo.batch_size=32", "algo.n_epochs=1",
+                 "algo.log_interval=3", "policy.net_arch=[8]", "eval.every_steps=0",
+                 "eval.final_episodes=2", "task=reach", "task.max_episode_steps=20",
+                 "checkpoint_every_steps=64", "logger=none"]
+
+    def dumps(run_dir):
+        return [step for step, _ in read_metrics(run_dir / "metrics.csv")["time/total_timesteps"]]
+
+    trainers.train(compose([*overrides, "total_timesteps=640"]), tmp_path / "whole")
+    trainers.train(compose([*overrides, "total_timesteps=320"]), tmp_path / "resumed")
+    trainers.train(compose([*overrides, "total_timesteps=640", "resume=true"]),
+                   tmp_path / "resumed")
+    assert dumps(tmp_path / "whole") == [192, 384, 576]
+    assert dumps(tmp_path / "resumed") == dumps(tmp_path / "whole")

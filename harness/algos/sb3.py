@@ -37,6 +37,7 @@ from harness.algos.hooks import Schedule, TimeGuard, better, score
 from harness.algos.sb3_callbacks import (
     CurriculumCallback,
     EvalCheckpointCallback,
+    LogDumpCallback,
     TimeLimitCallback,
     VerifierMetricsCallback,
     make_logger,
@@ -184,9 +185,13 @@ class SB3Trainer:
             callbacks.append(VerifierMetricsCallback(self.run))
         if self.guard.limit_s is not None:
             callbacks.append(TimeLimitCallback(self.guard))
+        rollout = self.config.algo.n_steps * self.config.n_envs
+        callbacks.append(LogDumpCallback(self.log_interval() * rollout, rollout))  # last: as SB3
         return CallbackList(callbacks)
 
     def log_interval(self) -> int:
+        """Rollouts between two dumps of SB3's logged values (``algo.log_interval``, or about
+        one dump per 2,048 steps)."""
         algo = self.config.algo
         if algo.log_interval:
             return algo.log_interval
@@ -197,7 +202,7 @@ class SB3Trainer:
         remaining = self.config.total_timesteps - self.model.num_timesteps
         if remaining > 0:
             self.model.learn(
-                remaining, callback=self.callbacks(), log_interval=self.log_interval(),
+                remaining, callback=self.callbacks(), log_interval=None,  # LogDumpCallback
                 reset_num_timesteps=self.run.resume_metadata is None,
                 progress_bar=self.config.logger.progress_bar,
             )

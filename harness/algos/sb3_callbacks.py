@@ -16,7 +16,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from harness import curriculum as curricula
-from harness.algos.hooks import TimeGuard
+from harness.algos.hooks import Schedule, TimeGuard
 from harness.runs import Run
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,30 @@ class CurriculumCallback(BaseCallback):
     def _on_rollout_end(self) -> None:
         if not isinstance(self.curriculum, curricula.FixedCurriculum):
             self.run.log(self.curriculum.metrics(), self.num_timesteps)
+
+
+class LogDumpCallback(BaseCallback):
+    """Writes SB3's logged values at the multiples of ``every`` env steps, at the point of a
+    rollout where SB3's own ``log_interval`` would. SB3 counts its interval in iterations of the
+    current ``learn`` call, so a resumed run would dump on another grid than the run it
+    continues; counting in steps keeps one grid across resumes."""
+
+    def __init__(self, every: int, rollout: int) -> None:
+        super().__init__()
+        self.every, self.rollout = every, rollout
+        self.schedule = Schedule(every)
+
+    def _on_training_start(self) -> None:
+        if self.num_timesteps:  # a resumed run: its dumps up to here are in metrics.csv
+            self.schedule.advance(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if self.schedule.due(self.num_timesteps):
+            self.schedule.advance(self.num_timesteps)
+            self.model.dump_logs(self.num_timesteps // self.rollout)
 
 
 class VerifierMetricsCallback(BaseCallback):
