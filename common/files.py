@@ -11,6 +11,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,6 +75,42 @@ def contained_path(root: str | os.PathLike, name: str) -> Path:
     if Path(name).is_absolute() or not path.resolve().is_relative_to(root.resolve()):
         raise ValueError(f"{name!r} would write outside the output folder {root}")
     return path
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary folder beside ``path`` that replaces it when the block ends without an
+    exception (and is removed otherwise): a reader finds the old complete folder or the new
+    one, never a half-written one.
+
+    Every file is flushed to disk, an existing ``path`` is renamed away, the new folder renamed
+    in, then the old one deleted. Temporary names carry the writer's pid; folders left by
+    writers that were killed (``.tmp``, or ``.old`` when the kill fell between the renames) are
+    removed by the next write of the same ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for orphan in path.parent.glob(f".{path.name}.*-*"):
+        pid = orphan.name[len(path.name) + 2:].split("-", 1)[0]
+        if (orphan.suffix in (".tmp", ".old") and orphan.is_dir() and pid.isdigit()
+                and not _alive(int(pid))):
+            shutil.rmtree(orphan, ignore_errors=True)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp = path.with_name(f".{path.name}.{tag}.tmp")
+    old = path.with_name(f".{path.name}.{tag}.old")
+    tmp.mkdir()
+    try:
+        yield tmp
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                with open(file, "rb") as handle:
+                    os.fsync(handle.fileno())
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _remove_orphans(path: Path, suffix: str) -> None:

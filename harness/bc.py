@@ -145,7 +145,8 @@ def pretrain_bc(
             batch = {key: value[batch_idx] for key, value in obs.items()}
             if augment and "pixels" in batch:
                 batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
-            loss = token_cross_entropy(policy.logits(batch), tokens[batch_idx])
+            # the demo's own tokens condition an autoregressive policy (teacher forcing)
+            loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx])
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"BC loss is {loss.item()} at epoch {epoch}; try a lower lr than {lr}"
@@ -227,8 +228,8 @@ def _validate(
     policy.eval()
     loss_sum, correct = 0.0, 0
     for batch_idx in val_idx.split(batch_size):
-        logits = policy.logits({key: value[batch_idx] for key, value in obs.items()})
         target = tokens[batch_idx]
+        logits = policy.logits({key: value[batch_idx] for key, value in obs.items()}, target)
         loss_sum += token_cross_entropy(logits, target).item() * target.numel()
         correct += (logits.argmax(dim=-1) == target).sum().item()
     count = tokens[val_idx].numel()

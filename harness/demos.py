@@ -2,12 +2,15 @@
 
 One file holds the episodes of one task under one set of environment options::
 
-    data/                        attrs: env_args (JSON), total (steps over all demos)
+    data/                        attrs: env_args (JSON), total (steps over all demos),
+                                 format_version (2; files without it are version 1)
         demo_0/                  attrs: num_samples, success, seed
             obs/<key>            (T, ...) one dataset per observation key, as the env returns it
             actions              (T, 4) float32, the action executed (expert plus its noise)
             rewards              (T,) float32
             dones                (T,) uint8, 1 on the step that ended the episode
+            snapshots            (T,) variable-length uint8: the exact snapshot the observation
+                                 obs[t] was taken in (tasks.snapshot_to_bytes; version 2 on)
         demo_1/ ...
 
 ``obs[t]`` is the observation the action ``actions[t]`` was chosen on. ``env_args`` is
@@ -198,6 +201,7 @@ def collect_demos(
                 )
             data.attrs["env_args"] = env_args_json
             data.attrs["total"] = total
+            data.attrs["format_version"] = DEMO_FORMAT_VERSION
     finally:
         bar.close()
         env.close()
@@ -217,12 +221,13 @@ def _record_episode(
     expert = tasks.ScriptedExpert(env, noise=noise, seed=seed)
     obs, info = env.reset(seed=seed, options={"difficulty": float(difficulty)})
     observations: dict[str, list[np.ndarray]] = {key: [] for key in obs}
-    actions, rewards, dones = [], [], []
+    actions, rewards, dones, snapshots = [], [], [], []
     done = False
     while not done:
         action = expert()
         for key, value in obs.items():
             observations[key].append(value)
+        snapshots.append(np.frombuffer(tasks.snapshot_to_bytes(env.snapshot()), np.uint8))
         obs, reward, terminated, truncated, info = env.step(action)
         done = terminated or truncated
         actions.append(action)
@@ -233,6 +238,7 @@ def _record_episode(
         "actions": np.asarray(actions, dtype=np.float32),
         "rewards": np.asarray(rewards, dtype=np.float32),
         "dones": np.asarray(dones, dtype=np.uint8),
+        "snapshots": snapshots,
         "success": bool(info["is_success"]),
     }
 
@@ -244,9 +250,43 @@ def _write_demo(group: h5py.Group, episode: dict[str, Any], seed: int) -> None:
         group.create_dataset(f"obs/{key}", data=array, compression=compression)
     for key in ("actions", "rewards", "dones"):
         group.create_dataset(key, data=episode[key])
+    snapshots = group.create_dataset("snapshots", (len(episode["snapshots"]),),
+                                     dtype=h5py.vlen_dtype(np.uint8))
+    for t, snapshot in enumerate(episode["snapshots"]):
+        snapshots[t] = snapshot
     group.attrs["num_samples"] = len(episode["actions"])
     group.attrs["success"] = episode["success"]
     group.attrs["seed"] = seed
+
+
+DEMO_FORMAT_VERSION = 2  # 2: a snapshot per step (start states for the group trainer)
+
+
+def load_demo_snapshots(path: str | os.PathLike) -> list[list[bytes]]:
+    """The snapshot of every step of every demo in ``path``, episode by episode.
+
+    Returns:
+        ``snapshots[e][t]``: the bytes of :func:`tasks.snapshot_to_bytes` for step ``t`` of
+        episode ``e`` (``tasks.snapshot_from_bytes`` turns them back, checking their digest).
+
+    Raises:
+        FileNotFoundError: No file at ``path``.
+        ValueError: A file of format version 1, which holds no snapshots (re-record it with
+            ``scripts/collect_demos.py``), or a damaged one.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no demo file at {path}")
+    with h5py.File(path, "r") as f:
+        data = f["data"]
+        version = int(data.attrs.get("format_version", 1))
+        if version < 2:
+            raise ValueError(f"{path} is a demo file of format version {version}, which holds "
+                             "no snapshots; record it again with scripts/collect_demos.py "
+                             f"(format version {DEMO_FORMAT_VERSION})")
+        names = sorted(data, key=lambda name: int(name.split("_")[1]))
+        return [[bytes(step.tobytes()) for step in data[name]["snapshots"][()]]
+                for name in names]
 
 
 def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None = None) -> Demos:

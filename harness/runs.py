@@ -46,6 +46,7 @@ from common.files import (
     to_json,
 )
 from harness.config import TrainConfig, to_yaml
+from harness.wandb_run import WandbRun
 
 log = logging.getLogger(__name__)
 
@@ -250,27 +251,29 @@ class Run:
         self._started = time.perf_counter()
         atomic_write_text(self.dir / "config.yaml", to_yaml(config))
         self.metrics = MetricsWriter(self.dir / "metrics.csv")
-        if resume_metadata is not None:
-            self.metrics.truncate_after(self.start_step)
+        # resumed: drop rows after the checkpoint; fresh: rows of an earlier start killed early
+        self.metrics.truncate_after(self.start_step if resume_metadata is not None else -1)
         self._tensorboard = None
         if config.logger.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tensorboard = SummaryWriter(
                 str(self.tensorboard_dir), flush_secs=10,
-                purge_step=self.start_step if resume_metadata is not None else None,
+                purge_step=self.start_step,
             )
+        self._wandb = WandbRun.open(self.dir, config, resuming=resume_metadata is not None)
 
     @staticmethod
     def checkpoint_to_resume(directory: str | Path,
                              config: TrainConfig) -> tuple[Path, dict[str, Any]] | None:
-        """The checkpoint a run in ``directory`` continues from (``None`` for a fresh run),
-        checked without writing anything in the directory.
+        """The checkpoint a run in ``directory`` continues from, checked without writing
+        anything in the directory; ``None`` for a fresh run, which ``resume=true`` also starts
+        where no checkpoint was ever saved (a job of a re-launched sweep that had not begun).
 
         Raises:
-            CheckpointError: ``resume=true`` with no readable, intact ``checkpoints/latest`` or
-                one of another algorithm, task or policy; or a fresh run in a directory that
-                already holds one.
+            CheckpointError: ``resume=true`` with an unreadable or corrupt
+                ``checkpoints/latest``, or one of another algorithm, task or policy; or a fresh
+                run in a directory that already holds one.
         """
         directory = Path(directory)
         latest = directory / "checkpoints" / "latest.json"
@@ -282,12 +285,10 @@ class Run:
                     "continue it, or choose another hydra.run.dir"
                 )
             return None
-        if not latest.exists():
-            raise CheckpointError(
-                f"resume=true but there is no checkpoint to resume from: {latest} does not exist "
-                f"(run dir {directory}); point hydra.run.dir at the interrupted run's directory, "
-                "or drop resume=true"
-            )
+        if not latest.exists():  # a job of a re-launched sweep that never saved one
+            log.warning("resume=true but %s holds no checkpoint (%s does not exist): starting a "
+                        "fresh run there", directory, latest)
+            return None
         file, metadata = resolve_checkpoint(latest)
         expected = {
             "algo": config.algo.name, "task": config.task.name, "policy": config.policy.name,
@@ -317,6 +318,8 @@ class Run:
             for key, value in metrics.items():
                 if isinstance(value, (bool, int, float, np.number)):
                     self._tensorboard.add_scalar(key, float(value), step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step)
 
     def checkpoint_metadata(self, num_timesteps: int, **extra: Any) -> dict[str, Any]:
         """The metadata fields every checkpoint of this run carries, plus ``extra``."""
@@ -357,6 +360,8 @@ class Run:
         self.metrics.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: int = 25) -> None:

@@ -118,7 +118,7 @@ def pretrain_state_features(
     std = state[train_idx].std(dim=0).clamp(min=1e-3)
     target = (state - mean) / std
 
-    head = torch.nn.Linear(policy.config.hidden, state.shape[1]).to(device)
+    head = torch.nn.Linear(policy.feature_dim, state.shape[1]).to(device)
     optimizer = torch.optim.Adam([*policy.parameters(), *head.parameters()], lr=lr)
     generator = torch.Generator().manual_seed(seed)
     policy.train()
@@ -168,9 +168,11 @@ def cloned_start_policy(
     state_pretrain_episodes: int = 0,
     state_pretrain_epochs: int = 15,
     device: str = "cpu",
+    dataset: str | os.PathLike | None = None,
 ) -> tuple[TokenPolicy, dict[str, Any]]:
     """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
-    group fine-tuning. Demos are recorded once per task, options and difficulty, then reused.
+    group fine-tuning. Demos are recorded once per task, options and difficulty, then reused;
+    with ``dataset``, the policy is cloned on that LeRobot dataset folder instead.
 
     Args:
         task: Task name.
@@ -189,21 +191,28 @@ def cloned_start_policy(
         state_pretrain_epochs: Its epochs.
         device: Where the policy is trained and left (see
             :func:`harness.policies.resolve_device`; ``"auto"`` picks CUDA, MPS or the CPU).
+        dataset: A LeRobotDataset v3.0 folder (:func:`harness.lerobot.load_lerobot`) to clone
+            on instead of recorded demos (``demos`` and ``difficulty`` are then unused); it must
+            give every observation of ``task`` under ``task_options``, in its shape.
 
     Returns:
-        ``(policy, metrics)``; metrics include the demo file, the BC losses and, with state
-        pretraining, its ``pretrain/...`` figures.
+        ``(policy, metrics)``; metrics include the demo file (or ``bc/dataset``), the BC losses
+        and, with state pretraining, its ``pretrain/...`` figures.
 
     Raises:
-        ValueError: An invalid task option, or a ``device`` this machine does not have.
+        FileNotFoundError: ``dataset`` is not a folder.
+        ValueError: An invalid task option, a ``device`` this machine does not have, or a
+            ``dataset`` of another version or lacking a feature or file the task needs (raised
+            before any training).
     """
     import tasks
     from harness.demos import collect_demos, load_demos
+    from harness.lerobot import load_lerobot
     from harness.policies import make as make_policy
 
     torch_device = resolve_device(device)
     path = demo_file(demo_dir, task, task_options, demos, difficulty)
-    if not path.exists():
+    if dataset is None and not path.exists():
         named = {key: task_options[key] for key in NAMED_DEMO_OPTIONS if key in task_options}
         collect_demos(path, task, demos, difficulty=difficulty, progress=progress,
                       obs_mode=named.get("obs_mode", "state"),
@@ -213,6 +222,8 @@ def cloned_start_policy(
                       env_options={key: value for key, value in task_options.items()
                                    if key not in (*NAMED_DEMO_OPTIONS, "difficulty")})
     env = tasks.make(task, **task_options)
+    demonstrations = None if dataset is None else load_lerobot(
+        dataset, shapes={key: space.shape for key, space in env.observation_space.spaces.items()})
     torch.manual_seed(seed)
     policy = make_policy(policy_config, env.observation_space).to(torch_device)
     env.close()
@@ -222,9 +233,12 @@ def cloned_start_policy(
             policy, task, task_options, episodes=state_pretrain_episodes,
             epochs=state_pretrain_epochs, difficulty=difficulty, seed=seed, progress=progress,
         )
-    metrics = pretrain_bc(policy, load_demos(path), epochs=epochs, seed=seed, progress=progress)
+    if demonstrations is None:
+        demonstrations = load_demos(path)
+    metrics = pretrain_bc(policy, demonstrations, epochs=epochs, seed=seed, progress=progress)
     metrics.pop("history", None)
-    return policy, {**pretrain_metrics, **metrics, "bc/demo_file": str(path)}
+    source = {"bc/demo_file": str(path)} if dataset is None else {"bc/dataset": str(dataset)}
+    return policy, {**pretrain_metrics, **metrics, **source}
 
 
 def demo_file(

@@ -56,6 +56,8 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             checkpoint the trainer cannot load; raised before anything in ``run_dir`` changes.
     """
     trainer = trainer_module(config.algo.name)
+    if hasattr(trainer, "preflight"):  # e.g. a Ray cluster to reach: fail before any file
+        trainer.preflight(config)
     resume = Run.checkpoint_to_resume(run_dir, config)
     metadata = None
     if resume is not None:  # every check before anything in the run directory changes

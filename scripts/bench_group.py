@@ -26,7 +26,7 @@ import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from common.files import atomic_write_text
 from harness import config as harness_config
 from harness.algos.group_update import GroupTrainer
-from harness.algos.rollouts import RolloutPool
+from harness.algos.pools import ProcessPool
 from harness.policies import make as make_policy
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{attempts} attempts ({args.groups} start states x {args.group_size}), pixel push 84x84")
     rollout = None
     for workers in (1, 2):
-        pool = RolloutPool(workers, ("push", options, spec, -(-attempts // workers), None))
+        pool = ProcessPool(workers, ("push", options, spec, -(-attempts // workers), None))
         pool.run(policy, jobs[: 2 * workers], 1.0, seed=0)  # warm: renderers, imports
         start = time.perf_counter()
         rollout = pool.run(policy, jobs, 1.0, seed=1)
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
     state_config = harness_config.compose([*common, "task.obs_mode=state", "policy=mlp"])
     state_policy = make_policy(state_config.policy.token_policy_config(),
                                starts.observation_space)
-    pool = RolloutPool(1, ("push", state_options, (state_policy.config, state_policy.obs_shapes),
+    pool = ProcessPool(1, ("push", state_options, (state_policy.config, state_policy.obs_shapes),
                            attempts, None))
     state_rollout = pool.run(state_policy, jobs, 1.0, seed=1)
     pool.close()

@@ -25,8 +25,15 @@ from tasks.pick_place import PickPlace  # noqa: E402
 from tasks.push import Push  # noqa: E402
 from tasks.randomization import RandomizationConfig  # noqa: E402
 from tasks.reach import Reach  # noqa: E402
-from tasks.snapshot import Snapshot, load_snapshot, save_snapshot  # noqa: E402
+from tasks.snapshot import (  # noqa: E402
+    Snapshot,
+    load_snapshot,
+    save_snapshot,
+    snapshot_from_bytes,
+    snapshot_to_bytes,
+)
 from tasks.task import Task  # noqa: E402
+from tasks.wrappers import ImperfectionConfig, wrap  # noqa: E402
 
 TASKS: dict[str, type[Task]] = {
     "reach": Reach,
@@ -43,7 +50,9 @@ GYM_IDS: dict[str, str] = {
 
 
 def make(name: str, render_mode: str | None = None, **options) -> ManipulationEnv:
-    """Build a task environment (unwrapped) by name.
+    """Build a task environment by name: the :class:`ManipulationEnv` itself, or, with
+    ``imperfections`` on, that env inside the wrappers of :mod:`tasks.wrappers` (which read
+    every other attribute through to it and keep ``snapshot``/``restore`` exact).
 
     Args:
         name: One of :data:`TASKS`.
@@ -56,7 +65,8 @@ def make(name: str, render_mode: str | None = None, **options) -> ManipulationEn
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
     config = TaskConfig.from_options(name, options)
-    return ManipulationEnv(TASKS[name](), config, render_mode=render_mode)
+    return wrap(ManipulationEnv(TASKS[name](), config, render_mode=render_mode),
+                config.imperfections)
 
 
 def _log_mujoco_warning(message: str) -> None:
@@ -75,7 +85,8 @@ _register()
 mujoco.set_mju_user_warning(_log_mujoco_warning)
 
 __all__ = [
-    "GYM_IDS", "TASKS", "ManipulationEnv", "RandomizationConfig", "ScriptedExpert", "Snapshot",
-    "load_snapshot", "save_snapshot",
+    "GYM_IDS", "TASKS", "ImperfectionConfig", "ManipulationEnv", "RandomizationConfig",
+    "ScriptedExpert", "Snapshot",
+    "load_snapshot", "save_snapshot", "snapshot_from_bytes", "snapshot_to_bytes",
     "Task", "TaskConfig", "make",
 ]

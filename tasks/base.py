@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 
 from tasks import language, scene
+from tasks.checks import check_action
 from tasks.config import OBS_MODES, TaskConfig, check_difficulty, resolve_difficulty
 from tasks.randomization import DomainRandomizer, RandomizationConfig
 from tasks.rendering import Cameras, camera_views
@@ -27,6 +28,7 @@ from tasks.snapshot import (
     set_physics_state,
 )
 from tasks.task import Task, distance
+from tasks.textures import add_randomization_parts
 
 __all__ = [  # the env, and names other modules import from here
     "MAX_DELTA", "OBS_MODES", "PROPRIO_DIM", "WORKSPACE_HIGH", "WORKSPACE_LOW", "ManipulationEnv",
@@ -65,12 +67,13 @@ class ManipulationEnv(gym.Env):
     (``info["physics_error"]``).
 
     **Reset options**: ``difficulty`` (float in [0, 1] or a dict of the task's named levels),
-    ``snapshot`` (restore exactly) and ``instruction`` (override the text; must use the task's
-    vocabulary).
+    ``snapshot`` (restore exactly), ``instruction`` (override the text; must use the task's
+    vocabulary), ``randomization`` (this episode's randomisation ranges, e.g. from ADR:
+    ``RandomizationConfig.with_ranges``) and ``noise_key`` (read by :mod:`tasks.wrappers`).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 25}
-    reset_option_keys = ("difficulty", "snapshot", "instruction")
+    reset_option_keys = ("difficulty", "snapshot", "instruction", "randomization", "noise_key")
 
     def __init__(self, task: Task, config: TaskConfig, render_mode: str | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
@@ -87,6 +90,7 @@ class ManipulationEnv(gym.Env):
             )
         self.reward_weights.update(config.reward_weights)
         self.max_episode_steps = int(config.max_episode_steps or task.max_episode_steps)
+        self.substeps = int(config.substeps)  # per control step (tasks.wrappers may vary it)
 
         spec = scene.new_spec(scene.SceneOptions(config.timestep, config.substeps))
         scene.add_table(spec)
@@ -94,6 +98,7 @@ class ManipulationEnv(gym.Env):
         scene.add_fixed_cameras(spec)
         scene.add_gripper(spec)
         task.build(spec)
+        add_randomization_parts(spec, config.randomization)
         self.model = spec.compile()
         self.data = mujoco.MjData(self.model)
         self._bind()
@@ -146,6 +151,10 @@ class ManipulationEnv(gym.Env):
         """Hash of the model parameters that domain randomisation changes."""
         return self._randomizer.signature()
 
+    def randomization_ranges(self) -> tuple[str, ...]:
+        """The randomisation ranges (``RANGE_KEYS``) that change something in this scene."""
+        return self._randomizer.ranges()
+
     # ---------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -168,10 +177,9 @@ class ManipulationEnv(gym.Env):
         self.difficulty, self.levels = resolve_difficulty(
             options.get("difficulty"), self.config.difficulty, self.task.name, self.task.levels
         )
-        if self.config.randomization.enabled:
-            self._randomizer.apply(
-                self._randomizer.sample(self.config.randomization, self.np_random)
-            )
+        block = self.config.randomization.with_ranges(options.get("randomization"))
+        if block.enabled:
+            self._randomizer.apply(self._randomizer.sample(block, self.np_random))
         elif self._randomizer.values:
             self._randomizer.apply({})
         mujoco.mj_resetData(self.model, self.data)
@@ -194,7 +202,7 @@ class ManipulationEnv(gym.Env):
     def step(self, action):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        action = self._check_action(action)
+        action = check_action(action)
         m, d = self.model, self.data
         ee = d.site_xpos[self.ee_site]
         d.mocap_pos[self.mocap_id] = np.minimum(
@@ -203,7 +211,7 @@ class ManipulationEnv(gym.Env):
         self._gripper_cmd = float(action[3])
         self._set_fingers(self._gripper_cmd)
         warnings_before = self._unstable_count()
-        mujoco.mj_step(m, d, self.config.substeps)
+        mujoco.mj_step(m, d, self.substeps)
         # Fresh positions for observation and success (mj_step leaves them one substep old);
         # mj_kinematics + mj_camlight touch no solver state, so replays stay bit-exact.
         mujoco.mj_kinematics(m, d)
@@ -307,20 +315,6 @@ class ManipulationEnv(gym.Env):
             )
 
     # ---------------------------------------------------------------------------- helpers
-    def _check_action(self, action) -> np.ndarray:
-        """Real, finite numbers of shape (4,), clipped to [-1, 1] (a huge finite value is
-        clipped like any other); anything else raises before the simulator moves."""
-        array = np.asarray(action)
-        if array.dtype.kind not in "iuf":
-            raise ValueError(f"action {action!r} has dtype {array.dtype}; expected real numbers "
-                             "(dx, dy, dz, gripper) in [-1, 1]")
-        if array.shape != (4,):
-            raise ValueError(f"action has shape {array.shape}; expected (4,) = dx, dy, dz, gripper")
-        array = array.astype(np.float64)
-        if not np.isfinite(array).all():
-            raise ValueError(f"action {array.tolist()} is not finite; expected values in [-1, 1]")
-        return np.minimum(np.maximum(array, -1.0), 1.0)
-
     def _set_fingers(self, command: float) -> None:
         span = scene.FINGER_OPEN - scene.FINGER_CLOSED
         opening = scene.FINGER_CLOSED + span * (1 - command) / 2
@@ -340,9 +334,11 @@ class ManipulationEnv(gym.Env):
             self.data.qpos[adr] = self.data.ctrl[self._finger_ctrl[0]]
 
     def set_free_body(self, joint: str, position, quat=(1, 0, 0, 0)) -> None:
-        """Place a free-jointed object (qpos only; velocities are zero after reset)."""
+        """Place a free-jointed object (qpos only; velocities are zero after reset); a resting
+        object resized by domain randomisation still rests (``DomainRandomizer.lift``)."""
         adr = int(self.model.joint(joint).qposadr[0])
         self.data.qpos[adr:adr + 3] = position
+        self.data.qpos[adr + 2] += self._randomizer.lift(self.model.joint(joint).bodyid[0])
         self.data.qpos[adr + 3:adr + 7] = quat
 
     @property

@@ -6,14 +6,15 @@ Difficulty is a float in [0, 1] or a dict of the task's named levels (``{"spawn"
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from tasks.checks import check_int, check_number
 from tasks.randomization import RandomizationConfig
 from tasks.rendering import QUALITIES, check_camera_name
+from tasks.wrappers import ImperfectionConfig
 
 OBS_MODES = ("state", "pixels", "pixels_state")
 
@@ -38,6 +39,8 @@ class TaskConfig:
         difficulty: Difficulty used when ``reset`` is given none.
         reward_weights: Overrides of the task's reward-term weights.
         randomization: Domain randomisation block (off by default).
+        imperfections: Real-world imperfections, Gymnasium wrappers around the env (off by
+            default; :mod:`tasks.wrappers`).
     """
 
     obs_mode: str = "state"
@@ -52,6 +55,7 @@ class TaskConfig:
     difficulty: float = 1.0
     reward_weights: dict[str, float] = field(default_factory=dict)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    imperfections: ImperfectionConfig = field(default_factory=ImperfectionConfig)
 
     def __post_init__(self) -> None:
         if self.obs_mode not in OBS_MODES:
@@ -71,8 +75,15 @@ class TaskConfig:
         check_difficulty(self.difficulty)
         for term, weight in dict(self.reward_weights).items():
             check_number(f"reward_weights.{term}", weight)
-        if isinstance(self.randomization, dict):
-            object.__setattr__(self, "randomization", RandomizationConfig(**self.randomization))
+        for name, block in (("randomization", RandomizationConfig),
+                            ("imperfections", ImperfectionConfig)):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                allowed = [f.name for f in fields(block)]
+                unknown = sorted(set(value) - set(allowed))
+                if unknown:
+                    raise ValueError(f"unknown {name} option(s) {unknown}; allowed: {allowed}")
+                object.__setattr__(self, name, block(**value))
 
     @classmethod
     def from_options(cls, task: str, options: dict[str, Any]) -> TaskConfig:
@@ -84,34 +95,6 @@ class TaskConfig:
                 f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
             )
         return cls(**options)
-
-
-def check_number(name: str, value: Any) -> float:
-    """A finite real number (not a bool, not a string), as a float.
-
-    Raises:
-        ValueError: Naming ``name`` and the value.
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                     np.floating)):
-        raise ValueError(f"{name}={value!r}; expected a finite number")
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{name}={value!r}; expected a finite number")
-    return float(value)
-
-
-def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """An integer (not a bool, not 1.5) in [low, high].
-
-    Raises:
-        ValueError: Naming ``name``, the value and the range.
-    """
-    bound = f"{low}..{high}" if high is not None else f">= {low}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}={value!r}; expected an integer {bound}")
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{name}={value!r}; expected an integer {bound}")
-    return int(value)
 
 
 def check_difficulty(value: Any) -> float:

@@ -47,6 +47,10 @@ class DrawerOpen(Task):
         env.data.qpos[self.drawer_qpos] = 0.06 * (1.0 - levels["initial_opening"])
         self.state = {"instruction": "open the drawer"}
 
+    def movable_objects(self, env: TaskEnv) -> tuple[str, ...]:
+        """The drawer's slide joint: how far open it starts."""
+        return ("drawer",)
+
     def opening(self, env: TaskEnv) -> float:
         return float(env.data.qpos[self.drawer_qpos])
 

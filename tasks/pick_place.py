@@ -74,6 +74,9 @@ class PickPlace(Task):
     def goal_region(self) -> GoalRegion:
         return GoalRegion(self.state["goal"], SUCCESS_RADIUS, needs_object=True)
 
+    def movable_objects(self, env: TaskEnv) -> tuple[str, ...]:
+        return ("cube_red",)
+
     def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         cube = env.data.xpos[self.cube_body]
         return {

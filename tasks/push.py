@@ -130,6 +130,11 @@ class Push(Task):
     def goal_region(self) -> GoalRegion:
         return GoalRegion(self.state["goal"], SUCCESS_RADIUS, planar=True, needs_object=True)
 
+    def movable_objects(self, env: TaskEnv) -> tuple[str, ...]:
+        """The cubes on the table (the named one and the distractors), not the parked ones."""
+        return tuple(f"cube_{colour}" for colour, weld in zip(CUBES, self.park_welds, strict=True)
+                     if not env.data.eq_active[weld])
+
     def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         cube = self.cube_position(env)
         return {

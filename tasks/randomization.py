@@ -2,23 +2,43 @@
 and applies them to one compiled model (:class:`DomainRandomizer`).
 
 Everything is drawn from the environment's ``np_random`` at reset, and the drawn values travel in
-snapshots, so a restored episode sees the very same model.
+snapshots, so a restored episode sees the very same model. The parameters added for sim-to-real
+work (object size, field of view, camera rotation, light direction and count, table and
+background colours, procedural textures) are off by default even with the block enabled, and
+draw nothing from the RNG while off, so enabling the block randomises what it always did.
+Procedural textures and extra lights are scene parts built with the model
+(:mod:`tasks.textures`); the rest changes model arrays in place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import mujoco
 import numpy as np
 
+# Scale ranges [low, high] (multiplicative, 1 = nominal): what a reset's ``randomization``
+# option, and so automatic domain randomisation, may set.
+RANGE_KEYS = ("friction", "mass", "damping", "light", "object_size", "fovy")
+# Largest scale of each range (object_size: a cube 1.5 times larger still rests with its centre
+# below push's 3 cm "on the table" height; fovy: the widest camera, 75 degrees, stays < 180).
+RANGE_MAX = {"object_size": 1.5, "fovy": 2.0}
+MAX_LIGHTS = 8
+# Model arrays the block has always changed; the others enter the signature only when changed,
+# so snapshots written before they existed still restore.
+_LEGACY_ARRAYS = ("geom_friction", "body_mass", "dof_damping", "light_diffuse", "geom_rgba",
+                  "cam_pos")
+_RGB = int(mujoco.mjtTextureRole.mjTEXROLE_RGB)
+
 
 @dataclass(frozen=True)
 class RandomizationConfig:
     """Domain randomisation, off by default. Each range is a multiplicative scale ``[lo, hi]``
-    around the nominal value except ``camera_jitter`` (metres) and ``colour_jitter`` (RGB units).
+    around the nominal value; the other fields give their unit.
 
     Attributes:
         enabled: Master switch; nothing is randomised when False.
@@ -26,8 +46,24 @@ class RandomizationConfig:
         mass: Scale of the object bodies' masses.
         damping: Scale of joint damping (fingers, drawer).
         light: Scale of the lights' diffuse intensity.
-        colour_jitter: Uniform noise added to object colours.
-        camera_jitter: Uniform noise added to the positions of the cameras not on the gripper.
+        colour_jitter: Uniform noise added to object colours (RGB units).
+        camera_jitter: Uniform noise added to the positions of the cameras not on the gripper
+            (metres, per axis).
+        object_size: Scale of each free object's size (one draw per object; at most 1.5). Mass
+            is unchanged (``mass`` scales it); a resting object is raised or lowered so that it
+            still rests where the nominal one would (:meth:`DomainRandomizer.lift`). Off: (1, 1).
+        fovy: Scale of every camera's vertical field of view (intrinsics; at most 2). Off: (1, 1).
+        camera_rotation: The cameras not on the gripper turn by a rotation vector uniform in
+            ``[-a, a]`` per axis (radians); with ``camera_jitter`` this is the pose jitter. Off: 0.
+        light_direction: Each light's direction turns likewise (radians). Off: 0.
+        light_count: ``(low, high)``: a number of lights uniform in that range is switched on,
+            chosen at random among the scene's two and the extra ones built up to ``high``
+            (at most 8); ``None`` (off) keeps the two.
+        table_colour: Uniform noise added to the table's RGB (RGB units). Off: 0.
+        background_colour: Uniform noise added to the floor's RGB, what is seen around the
+            table (RGB units). Off: 0.
+        textures: Procedural textures on the table and the floor: one of the textures built
+            with the model (:mod:`tasks.textures`) and a tiling scale in [1, 4] per reset.
     """
 
     enabled: bool = False
@@ -37,15 +73,82 @@ class RandomizationConfig:
     light: tuple[float, float] = (0.6, 1.4)
     colour_jitter: float = 0.08
     camera_jitter: float = 0.01
+    object_size: tuple[float, float] = (1.0, 1.0)
+    fovy: tuple[float, float] = (1.0, 1.0)
+    camera_rotation: float = 0.0
+    light_direction: float = 0.0
+    light_count: tuple[int, int] | None = None
+    table_colour: float = 0.0
+    background_colour: float = 0.0
+    textures: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("friction", "mass", "damping", "light"):
-            lo, hi = getattr(self, name)
-            if not 0 < lo <= hi:
-                raise ValueError(f"randomization.{name}={(lo, hi)}; expected 0 < low <= high")
-        for name in ("colour_jitter", "camera_jitter"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"randomization.{name}={getattr(self, name)}; expected >= 0")
+        for name in RANGE_KEYS:
+            object.__setattr__(self, name, check_range(name, getattr(self, name)))
+        for name in ("colour_jitter", "camera_jitter", "table_colour", "background_colour",
+                     "camera_rotation", "light_direction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value < math.inf:
+                raise ValueError(f"randomization.{name}={value!r}; expected a number >= 0")
+        for name in ("camera_rotation", "light_direction"):
+            if getattr(self, name) > math.pi:
+                raise ValueError(f"randomization.{name}={getattr(self, name)!r} radians; "
+                                 "expected at most pi")
+        if self.light_count is not None:
+            count = tuple(self.light_count)
+            if len(count) != 2 or not all(isinstance(n, int) and not isinstance(n, bool)
+                                          for n in count) \
+                    or not 0 <= count[0] <= count[1] <= MAX_LIGHTS:
+                raise ValueError(f"randomization.light_count={self.light_count!r}; expected "
+                                 f"two integers 0 <= low <= high <= {MAX_LIGHTS}, or null")
+            object.__setattr__(self, "light_count", count)
+        for name in ("enabled", "textures"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"randomization.{name}={getattr(self, name)!r}; expected true "
+                                 "or false")
+
+    def with_ranges(self, ranges: dict[str, Any] | None) -> RandomizationConfig:
+        """The block of one episode whose ``ranges`` (keys of :data:`RANGE_KEYS`, e.g. chosen by
+        automatic domain randomisation) replace the configured ones.
+
+        The block is switched on; when it was off, every other parameter stays nominal.
+
+        Raises:
+            ValueError: A key that is not a range key, or a malformed range (both named).
+        """
+        if not ranges:
+            return self
+        unknown = sorted(set(ranges) - set(RANGE_KEYS))
+        if unknown:
+            raise ValueError(f"randomization ranges {unknown} are not randomisation ranges; "
+                             f"ranges are {list(RANGE_KEYS)}")
+        base = self if self.enabled else NOMINAL
+        return dataclasses.replace(base, enabled=True, **dict(ranges))
+
+
+def check_range(name: str, value: Any) -> tuple[float, float]:
+    """A scale range ``(low, high)`` with ``0 < low <= high`` (and ``high <= RANGE_MAX``).
+
+    Raises:
+        ValueError: Naming the key and the value.
+    """
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"randomization.{name}={value!r}; expected a range [low, high] of "
+                         "two numbers") from None
+    if not 0 < low <= high < math.inf:
+        raise ValueError(f"randomization.{name}={(low, high)}; expected 0 < low <= high")
+    if high > RANGE_MAX.get(name, math.inf):
+        raise ValueError(f"randomization.{name}={(low, high)}; high may be at most "
+                         f"{RANGE_MAX[name]}")
+    return low, high
+
+
+NOMINAL = RandomizationConfig(enabled=True, friction=(1.0, 1.0), mass=(1.0, 1.0),
+                              damping=(1.0, 1.0), light=(1.0, 1.0), colour_jitter=0.0,
+                              camera_jitter=0.0)
 
 
 class DomainRandomizer:
@@ -63,10 +166,21 @@ class DomainRandomizer:
              and m.body_parentid[b] != gripper_body], dtype=int,
         )
         self._object_geoms = np.flatnonzero(np.isin(m.geom_bodyid, self._object_bodies))
+        free = int(mujoco.mjtJoint.mjJNT_FREE)
+        self._free_bodies = np.array([b for b in self._object_bodies
+                                      if m.jnt_type[m.body_jntadr[b]] == free], dtype=int)
+        self._free_geoms = np.flatnonzero(np.isin(m.geom_bodyid, self._free_bodies))
         # Cameras that do not ride on the robot: on the world body or on a goal's mocap body.
         self._fixed_cameras = np.flatnonzero(
             (m.cam_bodyid == 0) | (m.body_mocapid[m.cam_bodyid] >= 0)
         )
+        self._surfaces = {name: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name)
+                          for name in ("table", "floor")}
+        # Scene parts of tasks.textures: materials and textures named random_*.
+        self._materials = [i for i in range(m.nmat) if _name(m, mujoco.mjtObj.mjOBJ_MATERIAL, i)
+                           .startswith("random_")]
+        self._textures = [i for i in range(m.ntex) if _name(m, mujoco.mjtObj.mjOBJ_TEXTURE, i)
+                          .startswith("random_")]
         self.nominal = self._arrays()
         self.values: dict[str, Any] = {}  # the values applied now; empty: nominal
 
@@ -79,19 +193,50 @@ class DomainRandomizer:
             "light_diffuse": m.light_diffuse.copy(),
             "geom_rgba": m.geom_rgba.copy(),
             "cam_pos": m.cam_pos.copy(),
+            "geom_size": m.geom_size.copy(),
+            "geom_rbound": m.geom_rbound.copy(),  # the broad phase's bounds grow with the size
+            "geom_aabb": m.geom_aabb.copy(),
+            "cam_fovy": m.cam_fovy.copy(),
+            "cam_quat": m.cam_quat.copy(),
+            "light_dir": m.light_dir.copy(),
+            "light_active": m.light_active.copy(),
+            "mat_texid": m.mat_texid.copy(),
+            "mat_texrepeat": m.mat_texrepeat.copy(),
         }
 
     def signature(self) -> str:
-        """Hash of the model parameters that domain randomisation changes."""
+        """Hash of the model parameters that domain randomisation changes (the arrays added
+        for sim-to-real work count only when they differ from nominal)."""
         digest = hashlib.sha1()
         for key, array in self._arrays().items():
+            if key not in _LEGACY_ARRAYS and np.array_equal(array, self.nominal[key]):
+                continue
             digest.update(key.encode())
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()[:12]
 
+    def ranges(self) -> tuple[str, ...]:
+        """The keys of :data:`RANGE_KEYS` that change something in this model (``mass`` and
+        ``object_size`` need objects, ``damping`` damped joints...)."""
+        m = self.model
+        present = {"friction": m.ngeom > 0, "mass": len(self._object_bodies) > 0,
+                   "damping": bool(np.any(m.dof_damping > 0)), "light": m.nlight > 0,
+                   "object_size": len(self._free_bodies) > 0, "fovy": m.ncam > 0}
+        return tuple(key for key in RANGE_KEYS if present[key])
+
+    def lift(self, body: int) -> float:
+        """Metres to raise free ``body`` (negative: to lower it) so that, resized by
+        ``object_size``, it rests where its nominal size would (0 when its size is nominal)."""
+        geoms = self.model.geom_bodyid == body
+        if "geom_aabb" not in self.values or not geoms.any():
+            return 0.0
+        return float(np.max(self.values["geom_aabb"][geoms, 5]
+                            - self.nominal["geom_aabb"][geoms, 5]))
+
     def sample(self, r: RandomizationConfig, rng: np.random.Generator) -> dict[str, Any]:
-        """Draw a full set of parameter values around the nominal ones."""
-        values = {key: array.copy() for key, array in self.nominal.items()}
+        """Draw a full set of parameter values around the nominal ones: the arrays the block has
+        always changed, and the others only when their option is on."""
+        values = {key: self.nominal[key].copy() for key in _LEGACY_ARRAYS}
         values["geom_friction"][:, 0] *= rng.uniform(*r.friction)
         values["body_mass"][self._object_bodies] *= rng.uniform(*r.mass, len(self._object_bodies))
         values["dof_damping"] *= rng.uniform(*r.damping)
@@ -101,10 +246,68 @@ class DomainRandomizer:
         values["geom_rgba"][self._object_geoms, :3] = np.clip(rgb + noise, 0, 1)
         cams = self._fixed_cameras
         values["cam_pos"][cams] += rng.uniform(-r.camera_jitter, r.camera_jitter, (len(cams), 3))
+        self._sample_scene(r, rng, values)
         return values
+
+    def _sample_scene(self, r: RandomizationConfig, rng: np.random.Generator,
+                      values: dict[str, Any]) -> None:
+        """The parameters added for sim-to-real work, each drawn only when its option is on."""
+        m, nominal = self.model, self.nominal
+        if r.object_size != (1.0, 1.0):
+            scale = rng.uniform(*r.object_size, m.nbody)[m.geom_bodyid[self._free_geoms]]
+            for key, columns in (("geom_size", 3), ("geom_rbound", None), ("geom_aabb", 6)):
+                values[key] = nominal[key].copy()
+                factor = scale if columns is None else scale[:, None]
+                values[key][self._free_geoms] *= factor
+        if r.fovy != (1.0, 1.0):
+            values["cam_fovy"] = nominal["cam_fovy"] * rng.uniform(*r.fovy, m.ncam)
+        if r.camera_rotation > 0:
+            cams = self._fixed_cameras
+            values["cam_quat"] = nominal["cam_quat"].copy()
+            for cam, turn in zip(cams, rng.uniform(-r.camera_rotation, r.camera_rotation,
+                                                   (len(cams), 3)), strict=True):
+                values["cam_quat"][cam] = _turned(nominal["cam_quat"][cam], turn)
+        if r.light_direction > 0:
+            turns = rng.uniform(-r.light_direction, r.light_direction, (m.nlight, 3))
+            values["light_dir"] = np.array([_rotate(d, t) for d, t in
+                                            zip(nominal["light_dir"], turns, strict=True)])
+        if r.light_count is not None:
+            count = int(rng.integers(r.light_count[0], r.light_count[1] + 1))
+            values["light_active"] = np.zeros_like(nominal["light_active"])
+            values["light_active"][rng.permutation(m.nlight)[:count]] = True
+        for name, jitter in (("table", r.table_colour), ("floor", r.background_colour)):
+            geom = self._surfaces[name]
+            if jitter > 0 and geom >= 0:
+                noise = rng.uniform(-jitter, jitter, 3)
+                values["geom_rgba"][geom, :3] = np.clip(values["geom_rgba"][geom, :3] + noise,
+                                                        0, 1)
+        if r.textures and self._materials and self._textures:
+            values["mat_texid"] = nominal["mat_texid"].copy()
+            values["mat_texrepeat"] = nominal["mat_texrepeat"].copy()
+            for mat in self._materials:
+                values["mat_texid"][mat, _RGB] = self._textures[rng.integers(len(self._textures))]
+                values["mat_texrepeat"][mat] = rng.uniform(1.0, 4.0, 2)
 
     def apply(self, values: dict[str, Any]) -> None:
         """Write ``values`` into the model; parameters they omit (all, for ``{}``) go nominal."""
         for key, nominal in self.nominal.items():
             getattr(self.model, key)[:] = values.get(key, nominal)
         self.values = values
+
+
+def _name(model: mujoco.MjModel, kind: mujoco.mjtObj, index: int) -> str:
+    return mujoco.mj_id2name(model, kind, index) or ""
+
+
+def _turned(quat: np.ndarray, rotation: np.ndarray) -> np.ndarray:
+    """``quat`` turned by the rotation vector ``rotation`` (radians), in its own frame."""
+    turned = quat.copy()
+    mujoco.mju_quatIntegrate(turned, np.asarray(rotation, float), 1.0)
+    return turned
+
+
+def _rotate(vector: np.ndarray, rotation: np.ndarray) -> np.ndarray:
+    """``vector`` turned by the rotation vector ``rotation`` (radians)."""
+    quat, out = _turned(np.array([1.0, 0.0, 0.0, 0.0]), rotation), np.zeros(3)
+    mujoco.mju_rotVecQuat(out, np.asarray(vector, float), quat)
+    return out

@@ -158,8 +158,8 @@ def _finite(value: Any) -> bool:
 SNAPSHOT_FILE_FORMAT = 1
 
 
-def save_snapshot(path: str | os.PathLike, snapshot: Snapshot) -> None:
-    """Write ``snapshot`` to ``path`` (``.npz``) without pickle: the physics state and every
+def snapshot_to_bytes(snapshot: Snapshot) -> bytes:
+    """``snapshot`` as the bytes of an ``.npz`` without pickle: the physics state and every
     array as arrays, everything else as JSON, and a SHA-256 of both (see the module docstring).
     """
     arrays, record = _to_plain(snapshot)
@@ -167,9 +167,49 @@ def save_snapshot(path: str | os.PathLike, snapshot: Snapshot) -> None:
     arrays["record"] = np.frombuffer(json.dumps(record, sort_keys=True).encode(), np.uint8)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def snapshot_from_bytes(data: bytes, source: str = "snapshot bytes") -> Snapshot:
+    """Read bytes of :func:`snapshot_to_bytes` (no pickle), checking their SHA-256.
+
+    Args:
+        data: The bytes.
+        source: What they came from, for error messages (a file, a demo step...).
+
+    Raises:
+        ValueError: Not such bytes, another format, or content that does not match its digest.
+    """
+    try:
+        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+        record = json.loads(arrays.pop("record").tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{source} is not a snapshot file of tasks.save_snapshot: "
+                         f"{error}") from None
+    if record.get("format") != SNAPSHOT_FILE_FORMAT:
+        raise ValueError(f"{source}: snapshot file format {record.get('format')!r}; expected "
+                         f"{SNAPSHOT_FILE_FORMAT}")
+    recorded = record.pop("sha256", None)
+    if recorded != _digest(arrays, record):
+        raise ValueError(f"{source}: its content does not match its SHA-256 (changed or damaged)")
+    task_state = {**record["task_state"],
+                  **{key[len("task_state."):]: value for key, value in arrays.items()
+                     if key.startswith("task_state.")}}
+    randomization = {key[len("randomization."):]: value for key, value in arrays.items()
+                     if key.startswith("randomization.")}
+    return Snapshot(task=record["task"], model_signature=record["model_signature"],
+                    randomization_signature=record["randomization_signature"],
+                    physics=arrays["physics"].tobytes(), task_state=task_state,
+                    rng_state=record["rng_state"], randomization=randomization)
+
+
+def save_snapshot(path: str | os.PathLike, snapshot: Snapshot) -> None:
+    """Write ``snapshot`` to ``path`` (``.npz``, :func:`snapshot_to_bytes`), atomically."""
+    data = snapshot_to_bytes(snapshot)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buffer.getvalue())
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
@@ -180,26 +220,10 @@ def load_snapshot(path: str | os.PathLike) -> Snapshot:
         ValueError: Not such a file, another format, or content that does not match its digest.
     """
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-        record = json.loads(arrays.pop("record").tobytes().decode())
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        data = Path(path).read_bytes()
+    except OSError as error:
         raise ValueError(f"{path} is not a snapshot file of tasks.save_snapshot: {error}") from None
-    if record.get("format") != SNAPSHOT_FILE_FORMAT:
-        raise ValueError(f"{path}: snapshot file format {record.get('format')!r}; expected "
-                         f"{SNAPSHOT_FILE_FORMAT}")
-    recorded = record.pop("sha256", None)
-    if recorded != _digest(arrays, record):
-        raise ValueError(f"{path}: its content does not match its SHA-256 (changed or damaged)")
-    task_state = {**record["task_state"],
-                  **{key[len("task_state."):]: value for key, value in arrays.items()
-                     if key.startswith("task_state.")}}
-    randomization = {key[len("randomization."):]: value for key, value in arrays.items()
-                     if key.startswith("randomization.")}
-    return Snapshot(task=record["task"], model_signature=record["model_signature"],
-                    randomization_signature=record["randomization_signature"],
-                    physics=arrays["physics"].tobytes(), task_state=task_state,
-                    rng_state=record["rng_state"], randomization=randomization)
+    return snapshot_from_bytes(data, source=str(path))
 
 
 def _to_plain(snapshot: Snapshot) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

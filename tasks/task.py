@@ -108,6 +108,12 @@ class Task:
         """The success region when success means bringing a point to a goal, else ``None``."""
         return None
 
+    def movable_objects(self, env: TaskEnv) -> tuple[str, ...]:
+        """Joints of the objects in play that an inexact reset may displace
+        (:mod:`tasks.perturb`): free joints and slide joints. None by default (the gripper is
+        always displaced)."""
+        return ()
+
     @contextmanager
     def aiming_at(self, goal: np.ndarray | None) -> Iterator[None]:
         """Within the block the expert aims at ``goal`` instead of the task's goal (``None``:

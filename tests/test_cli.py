@@ -16,7 +16,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(path.stem for path in (ROOT / "scripts").glob("*.py"))
-KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc")  # help lists each key by hand
+KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc", "export_policy",  # help lists each
+              "deploy_policy")                                          # key by hand
 TRAIN_GROUPS = ("task", "algo", "policy", "curriculum", "detector", "logger", "experiment")
 TINY_TRAIN = ("task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "algo.group_size=2",
               "algo.num_start_states=2", "algo.minibatch_size=4", "task.max_episode_steps=10",

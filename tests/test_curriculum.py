@@ -216,10 +216,11 @@ def test_linear_ramps_over_updates_then_holds():
     assert cur.sample() == cur.sample()  # sampling alone does not advance the ramp
 
 
-def test_reset_options_with_and_without_adr_key():
+def test_reset_options_play_the_difficulty_and_adr_key_is_gone():
     assert make("fixed", difficulty=0.5).reset_options(0.5) == {"difficulty": 0.5}
-    cur = make("success_band", adr_key="friction_range")
-    assert cur.reset_options(0.25) == {"difficulty": {"friction_range": 0.25}}
+    assert make("success_band").reset_options(0.25) == {"difficulty": 0.25}
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['adr_key'\]"):
+        make("success_band", adr_key="friction")
 
 
 # --- bad inputs ------------------------------------------------------------------------------

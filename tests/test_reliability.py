@@ -238,3 +238,29 @@ def test_a_killed_writer_leaves_no_temporary_file_behind_for_long(tmp_path):
     atomic_write_text(tmp_path / "report.md", "whole")
     assert (tmp_path / "report.md").read_text() == "whole"
     assert not orphan.exists() and live.exists()
+
+
+def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
+    """``atomic_dir``: a failed write leaves the old folder as it was; a good one replaces it;
+    folders of killed writers (``.tmp``, or ``.old`` between the renames) are removed, a live
+    writer's never."""
+    from common.files import atomic_dir
+
+    target = tmp_path / "dataset"
+    with atomic_dir(target) as folder:
+        (folder / "a.txt").write_text("first")
+    with pytest.raises(RuntimeError), atomic_dir(target) as folder:
+        (folder / "a.txt").write_text("half")
+        raise RuntimeError("killed")
+    assert (target / "a.txt").read_text() == "first"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    orphans = [tmp_path / f".dataset.{gone}-0123456789ab.{kind}" for kind in ("tmp", "old")]
+    live = tmp_path / f".dataset.{os.getpid()}-0123456789ab.tmp"
+    for folder in (*orphans, live):
+        folder.mkdir()
+    with atomic_dir(target) as folder:
+        (folder / "b.txt").write_text("second")
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    assert not any(p.exists() for p in orphans) and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "dataset"]

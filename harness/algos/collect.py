@@ -4,6 +4,12 @@
 ``reset_options``), snapshots them, has the rollout pool play G attempts from each, scores every
 attempt with the verifier, computes the estimator's advantages and decides which groups the
 update trains on (``algo.zero_signal``); it feeds the curriculum the verifier's verdicts.
+
+Sim-to-real options (docs/sim_to_real.md): with automatic domain randomisation each group that
+starts from a reset plays the ranges ADR chose for it (all G attempts share the randomised model,
+which the snapshot carries), and ADR is fed the group's verdicts; with ``algo.reset_noise`` each
+attempt starts from its own perturbed copy of the group's snapshot, drawn from a generator
+seeded by (run seed, iteration, round, attempt), so the attempts stay reproducible.
 """
 
 from __future__ import annotations
@@ -14,8 +20,13 @@ import numpy as np
 import torch
 
 from harness.algos.group_update import GroupTrainer
-from harness.algos.rollouts import RolloutBatch, RolloutPool
-from harness.config import MAX_RESAMPLE_ROUNDS, TRAIN_SEED_STRIDE
+from harness.algos.pools import ProcessPool, RayPool
+from harness.algos.rollouts import RolloutBatch
+from harness.algos.start_states import StartStates
+from harness.config import MAX_RESAMPLE_ROUNDS
+from tasks.perturb import ResetNoise, perturbed_snapshots
+
+RESET_NOISE_STREAM = 9_001  # apart from the attempts' token generators (same first keys)
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -70,9 +81,14 @@ class Collected:
     verifier: dict[str, float]
 
 
-def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, starts_env,
-                   detector, iteration: int, start_counter: int) -> tuple[Collected, int]:
-    """Roll out, score and weigh one iteration's groups; feed the curriculum the verdicts.
+def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
+                   starts: StartStates, detector, iteration: int,
+                   start_counter: int, adr=None) -> tuple[Collected, int]:
+    """Roll out, score and weigh one iteration's groups; feed the curricula the verdicts.
+
+    Each group's start comes from ``starts`` (fresh resets at the curriculum's difficulty,
+    demonstration states or replays: :mod:`harness.algos.start_states`), which is fed the
+    verifier's outcomes of the groups it started.
 
     With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
     ``MAX_RESAMPLE_ROUNDS`` rounds, until ``num_start_states`` groups carry signal.
@@ -81,6 +97,7 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, st
         The collected groups and the updated count of start states drawn (it seeds them).
     """
     algo = cfg.algo
+    noise = ResetNoise(algo.reset_noise.position_mm / 1000.0, algo.reset_noise.rotation)
     parts: list[tuple[RolloutBatch, np.ndarray, torch.Tensor, np.ndarray]] = []
     signal_total = mixed_total = groups_total = 0
     verifier_rounds: list[dict[str, float]] = []
@@ -91,15 +108,26 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, st
             needed -= sum(int(part[3].sum()) for part in parts)
         if needed <= 0:
             break
-        jobs = []
+        jobs, origins, episodes = [], [], []
         for group in range(needed):
-            difficulty = float(curriculum.sample())
-            starts_env.reset(seed=(cfg.seed + 1) * TRAIN_SEED_STRIDE + start_counter,
-                             options=curriculum.reset_options(difficulty))
-            start_counter += 1
-            jobs += [(starts_env.snapshot(), group, difficulty)] * algo.group_size
+            episode = adr.sample() if adr is not None else None
+            if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group)
+                starts.env.set_next(adr.reset_options(episode))
+            start, start_counter = starts.draw(start_counter)
+            if episode is not None:
+                starts.env.set_next({})  # a demo or replay start reset nothing: withdraw them
+                episode = episode if start.source == "reset" else None
+            origins.append(start)
+            episodes.append(episode)
+            generators = [np.random.default_rng([cfg.seed, iteration, round_, len(jobs) + a,
+                                                 RESET_NOISE_STREAM])
+                          for a in range(algo.group_size)]
+            snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
+            jobs += [(snapshot, group, start.difficulty) for snapshot in snapshots]
+        # Each attempt samples from its own generator, seeded by (run, iteration, round,
+        # attempt): the attempts do not depend on how many workers play them.
         rollout = pool.run(trainer.policy, jobs, algo.temperature,
-                           seed=cfg.seed * 1_000_003 + iteration * 17 + round_)
+                           seed=(cfg.seed, iteration, round_))
         rewards, verifier = _score(rollout, detector)
         if verifier:
             verifier_rounds.append(verifier)
@@ -107,8 +135,11 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, curriculum, st
         signal = trainer.group_has_signal(advantages)
         grouped = rewards.reshape(-1, algo.group_size)
         for group, outcomes in enumerate(grouped):
-            curriculum.update(float(rollout.difficulty[group * algo.group_size]),
-                              outcomes.tolist())
+            starts.record(origins[group], outcomes.tolist(), bool(signal[group]))
+            if episodes[group] is not None:
+                adr.update(episodes[group], outcomes.tolist())
+        if rollout.closest is not None:
+            starts.add_replays(rollout.closest, rewards > 0, rollout.difficulty)
         signal_total += int(signal.sum())
         mixed_total += int((grouped.max(axis=1) > grouped.min(axis=1)).sum())
         groups_total += len(signal)

@@ -39,11 +39,13 @@ from tqdm import tqdm
 import tasks
 from common.stats import paired_summary
 from harness import curriculum as curricula
+from harness.algos import pools, ray_cluster
 from harness.algos.collect import build_detector, collect_groups, rollout_metrics
 from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, score
-from harness.algos.rollouts import RolloutPool
+from harness.algos.start_states import StartStates, demo_start_file
 from harness.config import MAX_RESAMPLE_ROUNDS
+from harness.demos import load_demo_snapshots
 from harness.evaluation import evaluate
 from harness.policies import (
     TokenPolicy,
@@ -133,7 +135,8 @@ def _policy_from_checkpoint(state: dict[str, Any], which: str = "policy") -> Tok
 
 
 def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[str, Any]]:
-    """The starting policy: ``algo.init_policy``, else BC on ``algo.bc_demos`` demos, else fresh."""
+    """The starting policy: ``algo.init_policy``, else BC on ``algo.bc_demos`` demos or on the
+    ``algo.bc_dataset`` folder, else fresh."""
     algo = cfg.algo
     if algo.init_policy:
         policy = load_token_policy(algo.init_policy, observation_space)
@@ -142,7 +145,7 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
                              f"{policy.config.kind!r} policy; this run's policy is "
                              f"{cfg.policy.name!r}")
         return policy, {}
-    if algo.bc_demos > 0:
+    if algo.bc_demos > 0 or algo.bc_dataset:
         return cloned_start_policy(
             cfg.task.name, cfg.task.env_options(), cfg.policy.token_policy_config(),
             algo.bc_demos, algo.bc_epochs,
@@ -152,11 +155,20 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
             state_pretrain_episodes=algo.state_pretrain_episodes,
             state_pretrain_epochs=algo.state_pretrain_epochs,
             device=str(device),
+            dataset=algo.bc_dataset,
         )
     return make_policy(cfg.policy.token_policy_config(), observation_space), {}
 
 
 # ------------------------------------------------------------------------------- the loop
+def preflight(cfg) -> None:
+    """Checks that need more than the config, before the run directory is touched: the Ray
+    cluster of ``algo.rollout.backend=ray`` is reachable."""
+    ray_cluster.preflight(cfg.algo.rollout)
+    if hasattr(cfg.policy, "check_device"):  # hf_vla: bfloat16 only where the device has it
+        cfg.policy.check_device(resolve_device(cfg.device))
+
+
 def train(cfg, run) -> dict[str, Any]:
     """Fine-tune a token policy with the group-relative algorithm ``cfg.algo.name``.
 
@@ -181,6 +193,9 @@ def train(cfg, run) -> dict[str, Any]:
     task_options = cfg.task.env_options()
     probe = tasks.make(cfg.task.name, **task_options)
     starts_env = tasks.make(cfg.task.name, **{**task_options, "obs_mode": "state"})
+    adr = cfg.adr.build(cfg.seed)  # automatic domain randomisation of reset starts, or None
+    if adr is not None:
+        starts_env = curricula.NextResetOptions(starts_env)  # ADR's ranges reach its resets
     iteration = env_steps = start_counter = 0
     best: dict[str, float] | None = None
     evaluation = Schedule(cfg.eval.every_steps)
@@ -196,12 +211,20 @@ def train(cfg, run) -> dict[str, Any]:
     trainer = GroupTrainer(cfg, policy, device)
     trainer.max_tokens = probe.max_episode_steps * policy.config.action_dim
     curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed, **cfg.curriculum_params())
+    demos = None
+    if algo.start_weights["demo"] > 0:
+        demos = load_demo_snapshots(demo_start_file(cfg, progress=cfg.logger.progress_bar))
+    starts = StartStates(cfg, curriculum, starts_env, demos)
     detector = build_detector(cfg)
     verifier_view = (detector.camera, int(detector.image_size)) if detector is not None else None
 
     if resume_state is not None:
         trainer.load_state_dict(resume_state["trainer"])
         curriculum.load_state_dict(resume_state["curriculum"])
+        if "starts" in resume_state:
+            starts.load_state_dict(resume_state["starts"])
+        if adr is not None:
+            adr.load_state_dict(resume_state["adr"])
         iteration, env_steps = resume_state["iteration"], resume_state["env_steps"]
         best, start = resume_state["best"], resume_state["start"]
         if isinstance(best, float):  # checkpoints that kept the success rate alone
@@ -216,9 +239,10 @@ def train(cfg, run) -> dict[str, Any]:
 
     attempts_per_iteration = algo.num_start_states * algo.group_size
     envs_per_worker = max(1, math.ceil(attempts_per_iteration / algo.workers))
-    pool = RolloutPool(algo.workers, (cfg.task.name, task_options,
-                                      (policy.config, policy.obs_shapes), envs_per_worker,
-                                      verifier_view))
+    pool = pools.make_pool(algo.rollout, algo.workers,
+                           (cfg.task.name, task_options, (policy.config, policy.obs_shapes),
+                            envs_per_worker, verifier_view,
+                            algo.replay_every if starts.replay_wanted else 0))
     eval_difficulties = list(cfg.eval.difficulties) or [cfg.task.difficulty]
 
     def env_factory(render: bool = False):
@@ -230,6 +254,8 @@ def train(cfg, run) -> dict[str, Any]:
             "policy_config": dataclasses.asdict(policy.config),
             "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
             "trainer": trainer.state_dict(), "curriculum": curriculum.state_dict(),
+            "starts": starts.state_dict(),
+            "adr": adr.state_dict() if adr is not None else None,
             "iteration": iteration, "env_steps": env_steps, "best": best, "start": start,
             "start_outcomes": start_outcomes, "start_counter": start_counter,
             "temperature": algo.temperature,
@@ -248,6 +274,8 @@ def train(cfg, run) -> dict[str, Any]:
         if result is not None:
             extra["validation_success_rate"] = result.success_rate
         run.save_checkpoint(name, ".pt", write, run.checkpoint_metadata(env_steps, **extra))
+        if hasattr(policy, "save_pretrained"):  # hf_vla: also a transformers folder (safetensors)
+            policy.save_pretrained(run.checkpoints_dir / f"{name}_pretrained")
 
     def play(which: TokenPolicy, seed: int, episodes: int, sampled: bool = False,
              videos: int = 0):
@@ -287,8 +315,8 @@ def train(cfg, run) -> dict[str, Any]:
             if guard.expired(env_steps):
                 break
             t0 = time.perf_counter()
-            collected, start_counter = collect_groups(cfg, pool, trainer, curriculum, starts_env,
-                                                      detector, iteration, start_counter)
+            collected, start_counter = collect_groups(cfg, pool, trainer, starts, detector,
+                                                      iteration, start_counter, adr=adr)
             env_steps += int(collected.rollout.lengths.sum())
             rollout_s = time.perf_counter() - t0
 
@@ -300,7 +328,10 @@ def train(cfg, run) -> dict[str, Any]:
                 **rollout_metrics(collected, policy.config.action_dim),
                 "time/rollout_s": rollout_s, "time/update_s": time.perf_counter() - t1,
                 "time/iteration": float(iteration),
+                "rollout/worker_restarts": float(pool.restarts),
                 **curriculum.metrics(),
+                **starts.metrics(),
+                **(adr.metrics() if adr is not None else {}),
             })
             if evaluation.due(env_steps):
                 result = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
@@ -351,4 +382,5 @@ def train(cfg, run) -> dict[str, Any]:
         **start, **paired, "env_steps": env_steps, "iterations": iteration,
         "time_limit_reached": guard.reached,
         "seed_ranges": cfg.seed_ranges(), "device": str(device), "best_eval": best,
+        "start_states": {"sources": algo.start_states, "weights": dict(algo.start_weights)},
     }

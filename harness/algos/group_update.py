@@ -12,7 +12,6 @@ the very distributions the tokens were drawn from and is exactly 1 before the fi
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -68,9 +67,9 @@ class GroupTrainer:
                              "compares attempts within a group and needs group_size >= 2")
         self.aggregation = algo.aggregation  # conf/algo/dr_grpo.yaml picks token_sum_const
         self.policy = policy.to(self.device)
-        self.reference = copy.deepcopy(policy).eval()
-        for parameter in self.reference.parameters():
-            parameter.requires_grad_(False)
+        # The policy provides its frozen reference: a deep copy, or (hf_vla with LoRA) itself
+        # with the adapters switched off, with no second copy of the weights.
+        self.reference = policy.frozen_reference()
         self.freeze_encoder = bool(getattr(algo, "freeze_encoder", False))
         if self.freeze_encoder:
             if not hasattr(policy, "encode_image"):

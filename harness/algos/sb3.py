@@ -35,6 +35,7 @@ import tasks
 from harness import curriculum as curricula
 from harness.algos.hooks import Schedule, TimeGuard, better, score
 from harness.algos.sb3_callbacks import (
+    AdrCallback,
     CurriculumCallback,
     EvalCheckpointCallback,
     LogDumpCallback,
@@ -95,10 +96,13 @@ class SB3Trainer:
         self.eval_difficulties = list(config.eval.difficulties) or [config.task.difficulty]
         self.best: dict[str, float] | None = None
         self.guard = TimeGuard(run, config.max_minutes)
+        self.adr = config.adr.build(config.seed)  # automatic domain randomisation, or None
         resume = run.resume_metadata
         if resume is not None:
             state = resume["trainer_state"]
             self.curriculum.load_state_dict(state["curriculum"])
+            if self.adr is not None:
+                self.adr.load_state_dict(state.get("adr"))
             self.evaluation.load_state_dict({"next_step": state["next_eval_step"]})
             self.checkpointing.load_state_dict({"next_step": state["next_checkpoint_step"]})
             self.best = state["best"]
@@ -166,6 +170,7 @@ class SB3Trainer:
                         "difficulties": self.eval_difficulties},
             trainer_state={
                 "curriculum": self.curriculum.state_dict(),
+                "adr": self.adr.state_dict() if self.adr is not None else None,
                 "next_eval_step": self.evaluation.next_step,
                 "next_checkpoint_step": self.checkpointing.next_step,
                 "best": self.best,
@@ -176,11 +181,13 @@ class SB3Trainer:
     # ---------------------------------------------------------------------------- training
     def callbacks(self) -> CallbackList:
         verifier = self.config.reward == "verifier"
+        outcome = "verifier_success" if verifier else "is_success"
         callbacks: list[BaseCallback] = [
-            CurriculumCallback(self.curriculum, self.run,
-                               "verifier_success" if verifier else "is_success"),
+            CurriculumCallback(self.curriculum, self.run, outcome),
             EvalCheckpointCallback(self),
         ]
+        if self.adr is not None:
+            callbacks.append(AdrCallback(self.adr, self.run, outcome))
         if verifier:
             callbacks.append(VerifierMetricsCallback(self.run))
         if self.guard.limit_s is not None:

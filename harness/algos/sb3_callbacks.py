@@ -89,6 +89,53 @@ class CurriculumCallback(BaseCallback):
             self.run.log(self.curriculum.metrics(), self.num_timesteps)
 
 
+class AdrCallback(BaseCallback):
+    """Automatic domain randomisation for SB3: chooses each env's ranges episode by episode
+    and feeds ADR the outcomes of the episodes that pinned a boundary.
+
+    As with :class:`CurriculumCallback`, a vector env has already reset a finished env when
+    ``_on_step`` runs, so a choice plays from that env's following episode; the callback keeps,
+    per env, the episode playing and the one queued. Each env's first episode plays the
+    configured randomisation (no ADR episode is queued before training starts).
+
+    Args:
+        adr: The run's :class:`~harness.curriculum.AutomaticDomainRandomization`.
+        run: The run (for its metrics).
+        outcome_key: The ``info`` key of an episode's outcome.
+    """
+
+    def __init__(self, adr, run: Run, outcome_key: str = "is_success") -> None:
+        super().__init__()
+        self.adr, self.run, self.outcome_key = adr, run, outcome_key
+        self.playing: list = []
+        self.queued: list = []
+
+    def _on_training_start(self) -> None:
+        envs = self.training_env.num_envs
+        self.playing = [None] * envs
+        self.queued = [None] * envs
+        for index in range(envs):
+            self._queue(index)
+
+    def _queue(self, index: int) -> None:
+        self.queued[index] = self.adr.sample()
+        self.training_env.env_method("set_next_randomization",
+                                     self.adr.reset_options(self.queued[index]), indices=[index])
+
+    def _on_step(self) -> bool:
+        for index, done in enumerate(self.locals["dones"]):
+            if not done:
+                continue
+            finished, self.playing[index] = self.playing[index], self.queued[index]
+            if finished is not None:
+                self.adr.update(finished, [bool(self.locals["infos"][index][self.outcome_key])])
+            self._queue(index)
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.run.log(self.adr.metrics(), self.num_timesteps)
+
+
 class LogDumpCallback(BaseCallback):
     """Writes SB3's logged values at the multiples of ``every`` env steps, at the point of a
     rollout where SB3's own ``log_interval`` would. SB3 counts its interval in iterations of the

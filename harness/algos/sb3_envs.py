@@ -71,20 +71,28 @@ class CurriculumWrapper(gym.Wrapper):
     SB3's vector envs reset finished episodes by themselves inside ``step``, so the main process
     sets the options of the *next* reset ahead of time (``set_next_episode``, through
     ``env_method``); ``info["curriculum_difficulty"]`` reports what the episode played.
+    Automatic domain randomisation sets its ranges the same way (``set_next_randomization``).
     """
 
     def __init__(self, env: gym.Env, difficulty: float, options: dict[str, Any]) -> None:
         super().__init__(env)
         self._next = (float(difficulty), dict(options))
         self._current = self._next[0]
+        self._randomization: dict[str, Any] = {}
 
     def set_next_episode(self, difficulty: float, options: dict[str, Any]) -> None:
         """Reset options (``curriculum.reset_options(difficulty)``) of the next episode."""
         self._next = (float(difficulty), dict(options))
 
+    def set_next_randomization(self, options: dict[str, Any]) -> None:
+        """Reset options of ADR's ranges (``adr.reset_options(episode)``) from the next episode
+        on."""
+        self._randomization = dict(options)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self._current, chosen = self._next
-        return self.env.reset(seed=seed, options={**chosen, **(options or {})})
+        return self.env.reset(seed=seed, options={**chosen, **self._randomization,
+                                                  **(options or {})})
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)

@@ -20,6 +20,7 @@ One module per group: :mod:`~harness.config.task`, :mod:`~harness.config.algos`,
 Every name is re-exported here: import from ``harness.config``.
 """
 
+from harness.config.adr import AdrConfig, AdrParamConfig
 from harness.config.algos import (
     ALGO_SCHEMAS,
     GROUP_ALGOS,
@@ -29,6 +30,7 @@ from harness.config.algos import (
     AlgoConfig,
     GroupAlgoConfig,
     PPOConfig,
+    ResetNoiseConfig,
     SB3AlgoConfig,
     TRPOConfig,
 )
@@ -49,6 +51,8 @@ from harness.config.policy import (
     POLICY_OBS_KEY,
     POLICY_SCHEMAS,
     CNNPolicyConfig,
+    HFVLAConfig,
+    LoRAConfig,
     MLPPolicyConfig,
     PolicyConfig,
     SB3PolicyFields,
@@ -66,6 +70,7 @@ from harness.config.train import (
     LoggerConfig,
     TrainConfig,
     VerifierConfig,
+    WandbConfig,
 )
 
 __all__ = [
@@ -87,6 +92,8 @@ __all__ = [
     "TRAIN_SEED_STRIDE",
     "ZERO_SIGNAL",
     "A2CConfig",
+    "AdrConfig",
+    "AdrParamConfig",
     "AlgoConfig",
     "CNNPolicyConfig",
     "ConfigError",
@@ -99,16 +106,20 @@ __all__ = [
     "MLPPolicyConfig",
     "PPOConfig",
     "PolicyConfig",
+    "ResetNoiseConfig",
     "SB3AlgoConfig",
     "SB3PolicyFields",
     "SuccessBandCurriculumConfig",
     "TRPOConfig",
     "TaskOptions",
+    "HFVLAConfig",
+    "LoRAConfig",
     "TinyVLAConfig",
     "TokenPolicyFields",
     "TrainConfig",
     "UniformCurriculumConfig",
     "VerifierConfig",
+    "WandbConfig",
     "compose",
     "load",
     "register_configs",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
-from harness.config.errors import check
+from harness.config.errors import ConfigError, check
+from harness.lerobot import read_info
 from harness.objectives import AGGREGATIONS
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
@@ -127,6 +129,87 @@ class TRPOConfig(SB3AlgoConfig):
         check(self.target_kl > 0, f"algo.target_kl={self.target_kl}; must be > 0")
 
 
+START_SOURCES: tuple[str, ...] = ("reset", "demo", "replay")
+START_STATES: tuple[str, ...] = (*START_SOURCES, "mix")
+# Shares of the sources when algo.start_weights is empty: demo and replay starts always keep
+# some resets, so the policy also learns the beginning of the task.
+DEFAULT_START_WEIGHTS: dict[str, dict[str, float]] = {
+    "reset": {"reset": 1.0},
+    "demo": {"reset": 0.25, "demo": 0.75},
+    "replay": {"reset": 0.5, "replay": 0.5},
+    "mix": {"reset": 0.4, "demo": 0.4, "replay": 0.2},
+}
+ROLLOUT_BACKENDS: tuple[str, ...] = ("processes", "ray")
+ROLLOUT_MODES: tuple[str, ...] = ("auto", "per_worker", "batched")
+
+
+@dataclass
+class RolloutConfig:
+    """Where the group trainer's rollout workers run (``algo.rollout``; see docs/scaling.md).
+
+    Attributes:
+        backend: ``processes`` (worker processes of this machine) or ``ray`` (Ray actors, on
+            this machine or a cluster). The same seed gives the same attempts with either, and
+            with any number of workers.
+        mode: ``per_worker``: each worker holds its environments and a copy of the policy
+            (small policies); ``batched``: workers hold only environments and the learner runs
+            one batched forward pass of its policy, on its device, per control step (large
+            policies, which do not fit once per worker); ``auto``: ``batched`` for ``hf_vla``,
+            ``per_worker`` otherwise.
+        ray_address: ``ray`` only: ``null`` starts a local Ray instance with
+            ``algo.workers * cpus_per_worker`` CPUs; ``auto`` joins the cluster this machine
+            belongs to; ``host:port`` (or ``ray://host:port``) joins that one.
+        cpus_per_worker: ``ray`` only: CPUs each actor reserves.
+        gpus_per_worker: ``ray`` only: GPUs (or a fraction of one) each actor reserves; its
+            policy copy then runs on that GPU.
+        max_worker_restarts: Dead workers (killed process or actor, lost node) replaced within
+            one iteration before the run gives up; their attempts are played again.
+    """
+
+    backend: str = "processes"
+    mode: str = "auto"
+    ray_address: str | None = None
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    max_worker_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        check(self.backend in ROLLOUT_BACKENDS,
+              f"algo.rollout.backend={self.backend!r}; choose one of {ROLLOUT_BACKENDS}")
+        check(self.mode in ROLLOUT_MODES,
+              f"algo.rollout.mode={self.mode!r}; choose one of {ROLLOUT_MODES}")
+        check(self.cpus_per_worker > 0,
+              f"algo.rollout.cpus_per_worker={self.cpus_per_worker}; must be > 0")
+        check(self.gpus_per_worker >= 0,
+              f"algo.rollout.gpus_per_worker={self.gpus_per_worker}; must be >= 0")
+        check(self.max_worker_restarts >= 0,
+              f"algo.rollout.max_worker_restarts={self.max_worker_restarts}; must be >= 0")
+        check(self.backend == "ray" or (self.ray_address is None and self.gpus_per_worker == 0),
+              "algo.rollout.ray_address and algo.rollout.gpus_per_worker need "
+              f"algo.rollout.backend=ray, not {self.backend!r}")
+
+
+@dataclass
+class ResetNoiseConfig:
+    """Inexact resets (``algo.reset_noise``; ``tasks.perturb``): each attempt of a group starts
+    from the group's snapshot with the gripper and the task's objects displaced, as a real
+    robot that cannot reset exactly would leave them. Evaluation is never perturbed.
+
+    Attributes:
+        position_mm: Standard deviation of the displacement, millimetres per axis.
+        rotation: Standard deviation of the turn about the vertical, radians.
+    """
+
+    position_mm: float = 0.0
+    rotation: float = 0.0
+
+    def __post_init__(self) -> None:
+        check(self.position_mm >= 0,
+              f"algo.reset_noise.position_mm={self.position_mm}; must be >= 0")
+        check(0 <= self.rotation <= math.pi,
+              f"algo.reset_noise.rotation={self.rotation}; must be in [0, pi] radians")
+
+
 @dataclass
 class GroupAlgoConfig(AlgoConfig):
     """Knobs of the group-relative fine-tuner (``harness.algos.group``); the name picks the
@@ -146,11 +229,15 @@ class GroupAlgoConfig(AlgoConfig):
         minibatch_size: Attempts per gradient step.
         zero_signal: What to do with groups whose outcomes are all equal: keep, drop, resample.
         iterations: Outer iterations (sample, score, update); ``total_timesteps`` also stops.
-        workers: Processes that roll out attempts.
+        workers: Rollout workers (processes or Ray actors, ``rollout.backend``).
+        rollout: Where the workers run (:class:`RolloutConfig`).
         init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy) to start from;
             it is also the KL reference. ``None`` starts from fresh weights (or from BC, below).
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
             many scripted-expert demos at ``task.difficulty`` (demos cached under ``data/demos``).
+        bc_dataset: Without ``init_policy``: a LeRobotDataset v3.0 folder (e.g. written by
+            ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
+            recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
         bc_epochs: Epochs of that behaviour cloning.
         bc_difficulty: Start-state difficulty of those demos; ``None`` uses ``task.difficulty``.
             A curriculum study can clone on easy starts and evaluate on hard ones.
@@ -161,6 +248,20 @@ class GroupAlgoConfig(AlgoConfig):
         freeze_encoder: Fine-tune only what reads the image features (fusion MLP and heads) of
             a pixel policy, keeping its image encoder as BC left it; the update then encodes
             each frame once per iteration instead of once per epoch and minibatch.
+        start_states: Where groups start (``harness.algos.start_states``): ``reset`` (fresh
+            resets), ``demo`` (states along expert demonstrations, by a reverse curriculum),
+            ``replay`` (the policy's own failed attempts, closest to success) or ``mix``.
+            Evaluation always starts from fresh resets.
+        start_weights: Share of groups per source (``reset``, ``demo``, ``replay``); when all
+            are null, the default of ``start_states`` (``DEFAULT_START_WEIGHTS``), otherwise the
+            sources given (a null one counts 0).
+        start_demos: Demonstrations recorded (at ``task.difficulty``) for ``demo`` starts.
+        demo_curriculum: Options of the ``success_band`` curriculum over the fraction of the
+            demonstration remaining (``num_bins``, ``low``, ``high``, ``min_obs``,
+            ``explore``...).
+        replay_buffer: Replay starts kept (the newest).
+        replay_every: Steps between the captured states of an attempt, for replay starts.
+        reset_noise: Inexact resets of the attempts (:class:`ResetNoiseConfig`; off at 0).
     """
 
     group_size: int = 8
@@ -177,16 +278,39 @@ class GroupAlgoConfig(AlgoConfig):
     zero_signal: str = "keep"
     iterations: int = 200
     workers: int = 1
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     init_policy: str | None = None
     bc_demos: int = 0
+    bc_dataset: str | None = None
     bc_epochs: int = 40
     bc_difficulty: float | None = None
     state_pretrain_episodes: int = 0
     state_pretrain_epochs: int = 15
     freeze_encoder: bool = False
+    start_states: str = "reset"
+    start_weights: dict[str, float | None] = field(
+        default_factory=lambda: {source: None for source in START_SOURCES})
+    start_demos: int = 20
+    demo_curriculum: dict[str, Any] = field(default_factory=lambda: {
+        "num_bins": 10, "low": 0.2, "high": 0.8, "min_obs": 16, "explore": 0.1})
+    replay_buffer: int = 256
+    replay_every: int = 5
+    reset_noise: ResetNoiseConfig = field(default_factory=ResetNoiseConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check(self.start_states in START_STATES,
+              f"algo.start_states={self.start_states!r}; choose one of {START_STATES}")
+        given = {k: v for k, v in dict(self.start_weights).items() if v is not None}
+        weights = given or DEFAULT_START_WEIGHTS[self.start_states]
+        unknown = sorted(set(weights) - set(START_SOURCES))
+        check(not unknown, f"algo.start_weights has unknown sources {unknown}; the sources "
+                           f"are {START_SOURCES}")
+        check(all(w >= 0 for w in weights.values()) and sum(weights.values()) > 0,
+              f"algo.start_weights={weights}; weights must be >= 0 with a positive sum")
+        self.start_weights = {s: float(weights.get(s, 0.0)) for s in START_SOURCES}
+        for key in ("start_demos", "replay_buffer", "replay_every"):
+            check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.name in GROUP_ALGOS,
               f"algo.name={self.name!r} with the group schema; choose one of {GROUP_ALGOS}")
         for key in ("group_size", "num_start_states", "num_iterations", "minibatch_size",
@@ -206,6 +330,14 @@ class GroupAlgoConfig(AlgoConfig):
             check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,
               f"algo.bc_difficulty={self.bc_difficulty}; must be in [0, 1] or null")
+        check(not (self.bc_dataset and self.bc_demos > 0),
+              f"algo.bc_dataset={self.bc_dataset!r} and algo.bc_demos={self.bc_demos}: clone on "
+              "a dataset folder or on freshly recorded demos, not both (set algo.bc_demos=0)")
+        if self.bc_dataset:
+            try:  # the folder's kind and version now, its features when BC loads it
+                read_info(self.bc_dataset)
+            except (OSError, ValueError) as error:
+                raise ConfigError(f"algo.bc_dataset={self.bc_dataset!r}: {error}") from None
 
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from harness.config.errors import check
+
 
 @dataclass
 class CurriculumConfig:
@@ -16,18 +18,26 @@ class CurriculumConfig:
     Attributes:
         name: ``fixed``, ``uniform``, ``linear`` or ``success_band``.
         num_bins: Bins of the per-difficulty success table.
-        adr_key: Optional task level parameter that the difficulty drives alone.
+        adr_key: Removed; must stay ``null`` (kept so that a config naming it is refused with
+            the reason, and old ``config.yaml`` files holding ``adr_key: null`` still load).
     """
 
     name: str = MISSING
     num_bins: int = 10
     adr_key: str | None = None
 
+    def __post_init__(self) -> None:
+        check(self.adr_key is None,
+              f"curriculum.adr_key={self.adr_key!r} was removed: it made the curriculum's "
+              "difficulty drive one named task level (the others at task.difficulty), which "
+              "is not domain randomisation. Automatic domain randomisation is the adr block "
+              "(adr.enabled=true, adr.params.<range>.bounds=[low, high], docs/sim_to_real.md)")
+
     def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
         """Keyword parameters of ``harness.curriculum.make`` (without ``seed``); ``group_size``
         is the trainer's G (read by the curricula that weigh bins by group signal)."""
         params = dataclasses.asdict(self)
-        del params["name"]
+        del params["name"], params["adr_key"]
         return params
 
 

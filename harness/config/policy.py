@@ -1,27 +1,32 @@
 """The ``policy`` group: one schema per network, so each holds only the fields its network reads.
 
-``cnn`` is an SB3 network, ``tiny_vla`` a token policy of the group trainer, and ``mlp`` serves
-both (SB3's ``MlpPolicy`` or the group trainer's MLP token policy), so its schema has both sets.
+``cnn`` is an SB3 network, ``tiny_vla`` and ``hf_vla`` token policies of the group trainer, and
+``mlp`` serves both (SB3's ``MlpPolicy`` or the group trainer's MLP token policy), so its schema
+has both sets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omegaconf import MISSING
 
 from harness.config.errors import ConfigError, check
 from harness.policies import KINDS, TokenPolicyConfig
+from harness.policies.hf_models import check_dtype, check_model
 from harness.policies.token_policy import IMAGE_FEATURES
+from harness.policies.tokens import PROPRIO_INPUTS
 
-POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla")
+POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla", "hf_vla")
 # Which policies each algorithm family can train, and which observation key each policy reads.
 POLICIES_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "sb3": ("mlp", "cnn"),
-    "group": ("mlp", "tiny_vla"),
+    "group": ("mlp", "tiny_vla", "hf_vla"),
 }
-POLICY_OBS_KEY: dict[str, str] = {"mlp": "state", "cnn": "pixels", "tiny_vla": "pixels"}
+POLICY_OBS_KEY: dict[str, str] = {"mlp": "state", "cnn": "pixels", "tiny_vla": "pixels",
+                                  "hf_vla": "pixels"}
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
 
 
@@ -150,9 +155,93 @@ class TinyVLAConfig(TokenPolicyFields):
         )
 
 
+@dataclass
+class LoRAConfig:
+    """``policy.lora`` of ``hf_vla``: low-rank adapters (``peft``) on the named linear layers.
+
+    Attributes:
+        rank: ``r`` of the adapters.
+        alpha: Scale numerator: the update is ``alpha / rank * B A``.
+        dropout: Dropout on the adapters' input.
+        target_modules: Names of the linear layers to adapt (``q_proj``...), or
+            ``[all-linear]``.
+        full_bc: Behaviour cloning (and state pretraining) trains every weight, not only the
+            adapters; group fine-tuning then merges them and trains fresh adapters. For models
+            that have not learnt the task's visuals yet (the named random-weight builds).
+    """
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                               "o_proj"])
+    full_bc: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.rank >= 1 and self.alpha > 0 and 0.0 <= self.dropout < 1.0
+              and len(self.target_modules) > 0,
+              f"policy.lora: rank={self.rank}, alpha={self.alpha}, dropout={self.dropout}, "
+              f"target_modules={list(self.target_modules)}; need rank >= 1, alpha > 0, dropout "
+              "in [0, 1) and at least one target (policy.lora=null fine-tunes every weight)")
+
+
+@dataclass
+class HFVLAConfig(PolicyConfig):
+    """``hf_vla``: a ``transformers`` vision-language model as a token policy
+    (``harness.policies.hf_vla``; docs/vla.md).
+
+    Attributes:
+        model: A named offline build (``tiny:paligemma``, ``tiny:idefics3``, ``small:...``) or
+            a local folder with a saved model and its processor.
+        num_bins: K action tokens per dimension, reserved at the end of the vocabulary.
+        lora: LoRA adapters, or ``null`` to fine-tune every weight.
+        dtype: ``float32`` or ``bfloat16``.
+        gradient_checkpointing: Recompute activations in the backward pass.
+        proprio: ``projection`` (one prefix embedding projected from ``proprio``) or ``none``.
+    """
+
+    name: str = "hf_vla"
+    use_instruction: bool = True
+    model: str = "tiny:idefics3"
+    num_bins: int = 256
+    lora: LoRAConfig | None = field(default_factory=LoRAConfig)
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    proprio: str = "projection"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.num_bins >= 2, f"policy.num_bins={self.num_bins}; need >= 2")
+        check(self.proprio in PROPRIO_INPUTS,
+              f"policy.proprio={self.proprio!r}; choose one of {PROPRIO_INPUTS}")
+        try:  # the model, its processor and room for the bins: before any demo or training
+            check_model(self.model, self.num_bins, self.dtype)
+        except (ValueError, ImportError) as error:
+            raise ConfigError(str(error)) from None
+
+    def check_device(self, device) -> None:
+        """Refuse ``bfloat16`` on a device without it (needs the run's device)."""
+        try:
+            check_dtype(self.dtype, device)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+    def token_policy_config(self) -> TokenPolicyConfig:
+        model = str(Path(self.model).resolve()) if Path(self.model).is_dir() else self.model
+        lora = {} if self.lora is None else {  # lora_rank 0 (the default): every weight trains
+            "lora_rank": self.lora.rank, "lora_alpha": self.lora.alpha,
+            "lora_dropout": self.lora.dropout, "lora_targets": tuple(self.lora.target_modules),
+            "lora_full_bc": self.lora.full_bc}
+        return TokenPolicyConfig(
+            kind="hf_vla", num_bins=self.num_bins, use_instruction=self.use_instruction,
+            model=model, proprio=self.proprio, dtype=self.dtype,
+            gradient_checkpointing=self.gradient_checkpointing, **lora)
+
+
 # The schema each ``conf/policy/*.yaml`` names in its defaults list (``/schema/policy@_here_: cnn``)
 POLICY_SCHEMAS: dict[str, type[PolicyConfig]] = {
     "mlp": MLPPolicyConfig,
     "cnn": CNNPolicyConfig,
     "tiny_vla": TinyVLAConfig,
+    "hf_vla": HFVLAConfig,
 }

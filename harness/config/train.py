@@ -4,6 +4,7 @@ and the checks that span groups (policy against algorithm and observations, seed
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from omegaconf import MISSING
 
 import success_detectors
 from harness import curriculum as curricula
+from harness.config.adr import AdrConfig
 from harness.config.algos import AlgoConfig
 from harness.config.curriculum import CurriculumConfig
 from harness.config.errors import ConfigError, check
@@ -27,6 +29,41 @@ MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
 # The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
 SB3_BAND_GROUP_SIZE = 8
 STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of start_policy.pretrain_state_features
+WANDB_MODES: tuple[str, ...] = ("online", "offline", "disabled")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases, in addition to ``metrics.csv`` and TensorBoard (``logger=wandb``).
+
+    Attributes:
+        project: W&B project.
+        entity: W&B team or user (``None``: the account's default).
+        group: Group of the run (``None``: the name of the folder holding the run directory,
+            which for a job of a sweep is the sweep folder).
+        name: Name of the run (``None``: the run directory's name, ``<n>_<overrides>`` for a job
+            of a sweep).
+        mode: ``online``, ``offline`` or ``disabled`` (``None``: ``WANDB_MODE``, else online).
+        tags: Tags of the run.
+    """
+
+    project: str = "vla-rl-harness"
+    entity: str | None = None
+    group: str | None = None
+    name: str | None = None
+    mode: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check(self.mode is None or self.mode in WANDB_MODES,
+              f"logger.wandb.mode={self.mode!r}; choose one of {WANDB_MODES} or null")
+        try:
+            found = importlib.util.find_spec("wandb") is not None
+        except ValueError:  # a module in sys.modules without a spec
+            found = False
+        check(found, "logger=wandb needs the wandb package, which cannot be imported here: "
+                     "pip install wandb (or the project's cluster extras), or choose "
+                     "logger=default")
 
 
 @dataclass
@@ -38,12 +75,14 @@ class LoggerConfig:
         progress_bar: Show a progress bar.
         videos: Record evaluation episodes under ``videos/``.
         console: Print SB3's table of metrics after each log dump.
+        wandb: Weights & Biases as well (``logger=wandb``); ``None``: not used.
     """
 
     tensorboard: bool = True
     progress_bar: bool = True
     videos: bool = True
     console: bool = False
+    wandb: WandbConfig | None = None
 
 
 @dataclass
@@ -118,6 +157,8 @@ class TrainConfig:
         logger: Outputs.
         eval: Periodic and final evaluation.
         verifier: How the detector gives the reward.
+        adr: Automatic domain randomisation of training episodes (off by default; never
+            evaluation's).
         seed: Seed of the algorithm, the networks and the training environments.
         total_timesteps: Environment steps to train for (a resumed run counts from its start).
         max_minutes: Stop training after this wall-clock time (``None``: no limit).
@@ -140,6 +181,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    adr: AdrConfig = field(default_factory=AdrConfig)
     seed: int = 0
     total_timesteps: int = 100_000
     max_minutes: float | None = None
@@ -191,6 +233,7 @@ class TrainConfig:
         self._check_batch()
         self._check_curriculum()
         self._check_seed_ranges()
+        self.adr.check(self.task.name)
 
     def _check_detector(self) -> None:
         check(bool(self.detector.get("name")),

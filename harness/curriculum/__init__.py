@@ -18,7 +18,9 @@ the policy improves (in the spirit of ADR, Akkaya et al. 2019, and of DAPO's dyn
 Build one with ``make(name, **params)``. The modules: :mod:`~harness.curriculum.table` (the
 per-bin success table and the signal probability), :mod:`~harness.curriculum.base` (the shared
 surface), :mod:`~harness.curriculum.schedules` (``fixed``, ``uniform``, ``linear``) and
-:mod:`~harness.curriculum.success_band`.
+:mod:`~harness.curriculum.success_band`. Alongside the difficulty curriculum,
+:mod:`~harness.curriculum.adr` widens and narrows the randomisation ranges (automatic domain
+randomisation), with its own ``sample``/``update``/``metrics``/``state_dict``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from harness.curriculum.adr import (
+    AdrEpisode,
+    AdrParameter,
+    AutomaticDomainRandomization,
+    NextResetOptions,
+)
 from harness.curriculum.base import Curriculum
 from harness.curriculum.schedules import FixedCurriculum, LinearCurriculum, UniformCurriculum
 from harness.curriculum.success_band import SuccessBandCurriculum
@@ -33,9 +41,13 @@ from harness.curriculum.table import SuccessTable, no_signal_probability, signal
 
 __all__ = [
     "CURRICULA",
+    "AdrEpisode",
+    "AdrParameter",
+    "AutomaticDomainRandomization",
     "Curriculum",
     "FixedCurriculum",
     "LinearCurriculum",
+    "NextResetOptions",
     "SuccessBandCurriculum",
     "SuccessTable",
     "UniformCurriculum",

@@ -30,8 +30,6 @@ class Curriculum(ABC):
         num_bins: Bins of the success table that ``metrics`` reports (and ``success_band`` uses).
         prior: Beta prior pseudo-count of the success table.
         decay: Per-outcome discount of the success table.
-        adr_key: Optional name of a task level parameter (e.g. a domain-randomisation scale) that
-            the difficulty drives; ``reset_options`` then passes ``{adr_key: difficulty}``.
     """
 
     def __init__(
@@ -41,10 +39,8 @@ class Curriculum(ABC):
         num_bins: int = 10,
         prior: float = 1.0,
         decay: float = 0.98,
-        adr_key: str | None = None,
     ) -> None:
         self.table = SuccessTable(num_bins, prior=prior, decay=decay)
-        self.adr_key = adr_key
         self._rng = np.random.default_rng(seed)
         self._updates = 0
         self._groups = 0
@@ -88,15 +84,12 @@ class Curriculum(ABC):
         return 1.0
 
     def reset_options(self, difficulty: float) -> dict[str, Any]:
-        """Gymnasium ``reset`` options that play ``difficulty``.
+        """Gymnasium ``reset`` options that play ``difficulty``: ``{"difficulty": difficulty}``.
 
-        Returns:
-            ``{"difficulty": difficulty}``, or ``{"difficulty": {adr_key: difficulty}}`` when the
-            curriculum drives one named level parameter.
+        Randomisation ranges are automatic domain randomisation's
+        (:class:`~harness.curriculum.adr.AutomaticDomainRandomization`), not the curriculum's.
         """
-        if self.adr_key is None:
-            return {"difficulty": difficulty}
-        return {"difficulty": {self.adr_key: difficulty}}
+        return {"difficulty": difficulty}
 
     def metrics(self) -> dict[str, float]:
         """Per-bin success estimates and sample counts, frontier and signal fraction.

@@ -12,7 +12,6 @@ class FixedCurriculum(Curriculum):
         difficulty: The difficulty, in [0, 1].
         seed: See ``Curriculum``.
         num_bins: See ``Curriculum``.
-        adr_key: See ``Curriculum``.
     """
 
     def __init__(
@@ -21,9 +20,8 @@ class FixedCurriculum(Curriculum):
         *,
         seed: Seed = 0,
         num_bins: int = 10,
-        adr_key: str | None = None,
     ) -> None:
-        super().__init__(seed=seed, num_bins=num_bins, adr_key=adr_key)
+        super().__init__(seed=seed, num_bins=num_bins)
         self.difficulty = check_unit("difficulty", difficulty)
 
     def sample(self) -> float:
@@ -44,7 +42,6 @@ class UniformCurriculum(Curriculum):
         high: Highest difficulty, in [0, 1], above ``low``.
         seed: See ``Curriculum``.
         num_bins: See ``Curriculum``.
-        adr_key: See ``Curriculum``.
     """
 
     def __init__(
@@ -54,9 +51,8 @@ class UniformCurriculum(Curriculum):
         *,
         seed: Seed = 0,
         num_bins: int = 10,
-        adr_key: str | None = None,
     ) -> None:
-        super().__init__(seed=seed, num_bins=num_bins, adr_key=adr_key)
+        super().__init__(seed=seed, num_bins=num_bins)
         self.low = check_unit("low", low)
         self.high = check_unit("high", high)
         if self.low >= self.high:
@@ -85,7 +81,6 @@ class LinearCurriculum(Curriculum):
         steps: Number of updates the ramp takes, at least 1.
         seed: See ``Curriculum``.
         num_bins: See ``Curriculum``.
-        adr_key: See ``Curriculum``.
     """
 
     def __init__(
@@ -96,9 +91,8 @@ class LinearCurriculum(Curriculum):
         *,
         seed: Seed = 0,
         num_bins: int = 10,
-        adr_key: str | None = None,
     ) -> None:
-        super().__init__(seed=seed, num_bins=num_bins, adr_key=adr_key)
+        super().__init__(seed=seed, num_bins=num_bins)
         self.start = check_unit("start", start)
         self.end = check_unit("end", end)
         if int(steps) != steps or steps < 1:

@@ -42,7 +42,6 @@ class SuccessBandCurriculum(Curriculum):
         prior: Beta prior pseudo-count, > 0.
         decay: Per-outcome discount of old counts, in (0, 1].
         seed: See ``Curriculum``.
-        adr_key: See ``Curriculum``.
 
     Raises:
         ValueError: If an argument is out of range.
@@ -61,9 +60,8 @@ class SuccessBandCurriculum(Curriculum):
         decay: float = 0.98,
         *,
         seed: Seed = 0,
-        adr_key: str | None = None,
     ) -> None:
-        super().__init__(seed=seed, num_bins=num_bins, prior=prior, decay=decay, adr_key=adr_key)
+        super().__init__(seed=seed, num_bins=num_bins, prior=prior, decay=decay)
         self.low = check_unit("low", low)
         self.high = check_unit("high", high)
         if self.low >= self.high:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from gymnasium import spaces
 
+from harness.policies import hf_vla  # noqa: F401  (registers kind "hf_vla"; imports no model code)
 from harness.policies.token_policy import (
     MLPTokenPolicy,
     TinyVLA,
@@ -19,6 +20,7 @@ from harness.policies.tokens import (
     actions_to_tokens,
     obs_shapes_from_space,
     obs_to_batch,
+    sample_tokens,
     tokens_to_actions,
 )
 
@@ -35,6 +37,7 @@ __all__ = [
     "obs_shapes_from_space",
     "obs_to_batch",
     "resolve_device",
+    "sample_tokens",
     "save_policy",
     "tokens_to_actions",
 ]

@@ -14,6 +14,7 @@ numpy observations from an environment into such a dict.
 
 from __future__ import annotations
 
+import copy
 import os
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: rea
     ObsShapes,
     TokenPolicyConfig,
     obs_shapes_from_space,
+    sample_tokens,
     tokens_to_actions,
 )
 from tasks.language import PAD, VOCAB_SIZE
@@ -107,8 +109,14 @@ class TokenPolicy(nn.Module):
     def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Batched observation dict -> ``(B, hidden)`` features."""
 
-    def logits(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Unnormalised token scores, ``(B, action_dim, num_bins)``."""
+    def logits(self, obs: Mapping[str, torch.Tensor],
+               tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Unnormalised token scores, ``(B, action_dim, num_bins)``.
+
+        ``tokens`` ``(B, action_dim)`` are the earlier dimensions' tokens an autoregressive
+        policy conditions each dimension on (teacher forcing, as BC trains it); these policies
+        score every dimension from the observation alone and ignore them.
+        """
         flat = self.action_head(self.features(obs))
         return flat.view(-1, self.config.action_dim, self.config.num_bins)
 
@@ -122,6 +130,7 @@ class TokenPolicy(nn.Module):
         obs: Mapping[str, torch.Tensor],
         deterministic: bool = False,
         temperature: float = 1.0,
+        uniforms: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Choose one token per action dimension, without gradients (for rollouts).
 
@@ -130,6 +139,10 @@ class TokenPolicy(nn.Module):
             deterministic: Take the most likely token instead of sampling.
             temperature: Divides the logits before sampling; on-policy RL computes its
                 log-probabilities at the same temperature (:meth:`log_prob`).
+            uniforms: ``(B, action_dim)`` numbers in ``[0, 1)``, one per token to sample: the
+                token is the inverse CDF of its categorical at that number
+                (:func:`sample_tokens`), so each row's draw depends only on its own numbers,
+                whatever else shares the batch. ``None`` draws them from torch's generator.
 
         Returns:
             ``(tokens, actions)``: int64 ``(B, action_dim)`` and their float32 bin centres in
@@ -146,9 +159,7 @@ class TokenPolicy(nn.Module):
                 raise ValueError(
                     f"temperature={temperature} must be > 0 when sampling; use deterministic=True"
                 )
-            probs = torch.softmax(logits / temperature, dim=-1)
-            tokens = torch.multinomial(probs.view(-1, self.config.num_bins), 1)
-            tokens = tokens.view(logits.shape[:-1])
+            tokens = sample_tokens(logits / temperature, uniforms)
         return tokens, tokens_to_actions(tokens, self.config.num_bins)
 
     def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
@@ -167,6 +178,20 @@ class TokenPolicy(nn.Module):
     def value(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Value estimate ``(B,)``, for a critic baseline on ``V(s0)``."""
         return self.value_head(self.features(obs)).squeeze(-1)
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of :meth:`features`."""
+        return self.config.hidden
+
+    def frozen_reference(self):
+        """The policy as it is now, frozen: the KL reference of group fine-tuning. It answers
+        ``log_prob``, ``state_dict`` and ``load_state_dict``; here a deep copy in eval mode
+        (``hf_vla`` with LoRA returns itself with the adapters switched off instead)."""
+        reference = copy.deepcopy(self).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return reference
 
 
 class MLPTokenPolicy(TokenPolicy):
@@ -269,6 +294,14 @@ class TinyVLA(TokenPolicy):
 
 _POLICIES: dict[str, type[TokenPolicy]] = {"mlp": MLPTokenPolicy, "tiny_vla": TinyVLA}
 _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {"mlp": ("state",), "tiny_vla": ("pixels",)}
+
+
+def register_policy(kind: str, policy_class: type[TokenPolicy],
+                    required_keys: tuple[str, ...]) -> None:
+    """Make :func:`build_policy` build ``policy_class`` for ``kind`` (a module of this package
+    that must not be imported from here, such as ``hf_vla``, registers itself)."""
+    _POLICIES[kind] = policy_class
+    _REQUIRED_KEYS[kind] = required_keys
 
 
 def build_policy(config: TokenPolicyConfig, obs_shapes: ObsShapes) -> TokenPolicy:

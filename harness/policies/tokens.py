@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-KINDS: tuple[str, ...] = ("mlp", "tiny_vla")
+KINDS: tuple[str, ...] = ("mlp", "tiny_vla", "hf_vla")
 IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
+PROPRIO_INPUTS: tuple[str, ...] = ("projection", "none")  # how hf_vla reads proprio
 
 ObsShapes = dict[str, tuple[int, ...]]
 
@@ -67,6 +68,37 @@ def tokens_to_actions(tokens: torch.Tensor | np.ndarray, num_bins: int) -> torch
     return tokens.to(torch.float32) * (2.0 / (num_bins - 1)) - 1.0
 
 
+def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """Sample one token per row of ``logits`` by the inverse CDF of its softmax.
+
+    Token ``k`` is drawn when ``u`` falls in ``[cdf[k-1], cdf[k])``, so a row's token depends
+    only on that row's logits and its own number ``u``: the same ``u`` gives the same token
+    whichever batch, worker or device the row was computed in. Zero-probability tokens are
+    never drawn.
+
+    Args:
+        logits: ``(..., K)`` unnormalised scores (already divided by any temperature).
+        uniforms: ``logits.shape[:-1]`` numbers in ``[0, 1)``; ``None`` draws them with
+            torch's global generator.
+
+    Returns:
+        Int64 tokens, ``logits.shape[:-1]``.
+
+    Raises:
+        ValueError: ``uniforms`` has another shape.
+    """
+    if uniforms is None:
+        uniforms = torch.rand(logits.shape[:-1], device=logits.device)
+    uniforms = torch.as_tensor(uniforms, dtype=torch.float32, device=logits.device)
+    if uniforms.shape != logits.shape[:-1]:
+        raise ValueError(f"uniforms of shape {tuple(uniforms.shape)} for logits of shape "
+                         f"{tuple(logits.shape)}; expected {tuple(logits.shape[:-1])}")
+    cdf = torch.softmax(logits.float(), dim=-1).cumsum(dim=-1)
+    cdf = cdf / cdf[..., -1:]  # the last entry exactly 1, so every u < 1 finds a token
+    tokens = torch.searchsorted(cdf, uniforms.unsqueeze(-1).contiguous(), right=True)
+    return tokens.squeeze(-1).clamp(max=logits.shape[-1] - 1)
+
+
 def _check_num_bins(num_bins: int) -> None:
     if num_bins < 2:
         raise ValueError(f"num_bins must be >= 2 to cover [-1, 1], got {num_bins}")
@@ -80,8 +112,9 @@ class TokenPolicyConfig:
     """Everything needed to build a token policy, apart from the observation shapes.
 
     Attributes:
-        kind: ``"mlp"`` (on ``state``) or ``"tiny_vla"`` (on ``pixels``, plus ``proprio`` and
-            ``instruction`` when the observation has them).
+        kind: ``"mlp"`` (on ``state``), ``"tiny_vla"`` (on ``pixels``, plus ``proprio`` and
+            ``instruction`` when the observation has them) or ``"hf_vla"`` (a ``transformers``
+            vision-language model, :mod:`harness.policies.hf_vla`).
         num_bins: ``K``, tokens per action dimension.
         hidden: Width of the fused feature and of the MLP layers.
         action_dim: Action dimensions, one token each.
@@ -95,6 +128,18 @@ class TokenPolicyConfig:
         image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
             expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
             policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
+        model: ``hf_vla``: a named offline model (``tiny:idefics3``...) or a local folder.
+        proprio: ``hf_vla``: ``projection`` (one prefix embedding projected from ``proprio``)
+            or ``none``.
+        dtype: ``hf_vla``: ``float32`` or ``bfloat16``.
+        lora_rank: ``hf_vla``: LoRA rank; 0 fine-tunes every weight.
+        lora_alpha: ``hf_vla``: LoRA scale numerator (the update is ``alpha / rank * B A``).
+        lora_dropout: ``hf_vla``: dropout on the adapters' input.
+        lora_targets: ``hf_vla``: names of the linear layers that get adapters, or
+            ``("all-linear",)``.
+        lora_full_bc: ``hf_vla`` with LoRA: every weight trains until group fine-tuning starts
+            (behaviour cloning, state pretraining), then only fresh adapters.
+        gradient_checkpointing: ``hf_vla``: recompute activations in the backward pass.
     """
 
     kind: str = "mlp"
@@ -106,6 +151,15 @@ class TokenPolicyConfig:
     pooled_size: int = 4
     use_instruction: bool = True
     image_features: str = "spatial_softmax"
+    model: str = "tiny:idefics3"
+    proprio: str = "projection"
+    dtype: str = "float32"
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    lora_full_bc: bool = False
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -128,6 +182,12 @@ class TokenPolicyConfig:
             raise ValueError(
                 f"TokenPolicyConfig.conv_channels={self.conv_channels!r}; need positive ints"
             )
+        self.lora_targets = tuple(self.lora_targets)
+        if self.proprio not in PROPRIO_INPUTS or self.lora_rank < 0 or not (
+                0.0 <= self.lora_dropout < 1.0):
+            raise ValueError(f"TokenPolicyConfig.proprio={self.proprio!r}, lora_rank="
+                             f"{self.lora_rank}, lora_dropout={self.lora_dropout}; need proprio in "
+                             f"{PROPRIO_INPUTS}, lora_rank >= 0 and lora_dropout in [0, 1)")
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> TokenPolicyConfig:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 SEED_KEY = "seed"
 TASK_KEYS = ("task", "task.name")          # overrides / config keys naming the task
+RESUME_KEY = "resume"  # how a job was (re-)launched, not what it trained: never an arm
 SIGNAL_KEY = "rollout/mixed_outcome_fraction"  # group trainer, per iteration
 OLD_SIGNAL_KEY = "rollout/signal_fraction"  # the same, in runs logged before the split of the two
 CURRICULUM_SIGNAL_KEY = "curriculum/signal_fraction"  # cumulative over a curriculum's updates
@@ -205,8 +206,8 @@ def _parse_overrides(lines: list[str]) -> dict[str, str]:
 
 
 def _assign_arms(runs: list[RunRecord]) -> list[str]:
-    """Label each run's arm by the settings that vary across runs, ``seed`` and the task left
-    out; returns those keys."""
+    """Label each run's arm by the settings that vary across runs, ``seed``, ``resume`` and the
+    task left out; returns those keys."""
     if runs and all(r.overrides is not None for r in runs):
         settings = [dict(r.overrides) for r in runs]
     else:
@@ -216,7 +217,7 @@ def _assign_arms(runs: list[RunRecord]) -> list[str]:
         keys += [k for k in setting if k not in keys]
     varying = [
         k for k in keys
-        if k != SEED_KEY and k not in TASK_KEYS and not k.startswith("hydra.")
+        if k not in (SEED_KEY, RESUME_KEY) and k not in TASK_KEYS and not k.startswith("hydra.")
         and len({s.get(k) for s in settings}) > 1
     ]
     varying = _collapse_named_groups(varying, settings)

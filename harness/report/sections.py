@@ -279,15 +279,26 @@ def runs_section(runs: list[RunRecord], metric: str) -> list[str]:
             f"{run.env_steps:,}", run.summary.get("iterations", ""),
             _num(run.summary.get("wall_clock_s"), 0),
             _num(signal), "not reached" if reached is None else f"{reached:,}",
+            _starts(run.summary.get("start_states")),
         ])
     return [
         "## Runs", "",
         _table(["job", "arm", "seed", "algo", "task", metric, "95% Wilson", "env steps",
-                "iterations", "wall-clock s", "informative groups", "held-out steps to 50%"],
-               rows), "",
+                "iterations", "wall-clock s", "informative groups", "held-out steps to 50%",
+                "training starts"], rows), "",
         "job: the run's folder is the one starting with that number (Hydra's job number), "
-        "below the named subfolder when sweeps are pooled.", "",
+        "below the named subfolder when sweeps are pooled. training starts: where training "
+        "groups started (`algo.start_states`, shares per source); held-out evaluation always "
+        "starts from fresh resets.", "",
     ]
+
+
+def _starts(starts: Mapping[str, Any] | None) -> str:
+    """``reset`` or e.g. ``demo (reset 0.25, demo 0.75)``."""
+    if not starts:
+        return "reset"
+    shares = ", ".join(f"{k} {v:g}" for k, v in starts.get("weights", {}).items() if v)
+    return f"{starts.get('sources', 'reset')} ({shares})" if shares else starts["sources"]
 
 
 def _num(value: Any, digits: int = 3) -> str:

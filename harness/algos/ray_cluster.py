@@ -1,0 +1,94 @@
+"""Joining or starting Ray for the rollout workers, with clear errors for bad settings."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+
+from harness.config.errors import ConfigError
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigError("algo.rollout.backend=ray needs Ray: pip install -e '.[cluster]' "
+                          f"({error})") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a ``host:port`` nothing listens on, in seconds rather than Ray's long retries."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"algo.rollout.ray_address={address!r}; expected null, 'auto', "
+                          "'host:port' or 'ray://host:port'")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        raise ConfigError(f"algo.rollout.ray_address={address!r}: no Ray cluster answers there "
+                          f"({error}); start one with `ray start --head`, or set "
+                          "algo.rollout.ray_address=null for a local instance") from None
+
+
+def connect_ray(address: str | None, num_cpus: float) -> bool:
+    """Connect to (or start) Ray; ``True`` when this call started it (and the caller shuts it
+    down).
+
+    Raises:
+        ConfigError: Ray is not installed, or nothing answers at ``address``.
+    """
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    if address is None:
+        ray.init(num_cpus=max(1, int(np.ceil(num_cpus))), **options)
+        return True
+    if address != "auto":
+        _check_reachable(address)
+    try:
+        ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        raise ConfigError(f"algo.rollout.ray_address={address!r}: cannot join a Ray cluster "
+                          f"({error})") from None
+    return False
+
+
+def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
+    """Refuse actor requests the connected cluster can never place.
+
+    Raises:
+        ConfigError: No alive node has ``cpus`` CPUs and ``gpus`` GPUs, or the cluster has
+            fewer than ``workers`` times that in all (the last actors would wait forever).
+    """
+    ray = _import_ray()
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    fits = [n for n in nodes if n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus]
+    request = (f"algo.rollout.cpus_per_worker={cpus}, algo.rollout.gpus_per_worker={gpus}")
+    largest = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
+    if not fits:
+        raise ConfigError(f"{request}: no node of the Ray cluster has that much (the largest "
+                          f"has {largest[0]:g} CPUs and {largest[1]:g} GPUs)")
+    total_cpus = sum(n.get("CPU", 0) for n in nodes)
+    total_gpus = sum(n.get("GPU", 0) for n in nodes)
+    if workers * cpus > total_cpus or workers * gpus > total_gpus:
+        raise ConfigError(f"algo.workers={workers} with {request} asks for "
+                          f"{workers * cpus:g} CPUs and {workers * gpus:g} GPUs; the Ray cluster "
+                          f"has {total_cpus:g} and {total_gpus:g}")
+
+
+def preflight(rollout) -> None:
+    """What can be checked of ``algo.rollout`` before a run starts: Ray installed, its address
+    well formed and answering. (Resources are checked once connected, by :class:`RayPool`.)
+
+    Raises:
+        ConfigError: Naming the setting.
+    """
+    if rollout.backend != "ray":
+        return
+    _import_ray()
+    if rollout.ray_address not in (None, "auto"):
+        _check_reachable(rollout.ray_address)

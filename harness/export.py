@@ -1,0 +1,255 @@
+"""Token policies to ONNX: one graph from the raw observation arrays to logits and greedy actions.
+
+The graph takes exactly what the env returns, each array with a leading batch axis of any size:
+``pixels`` uint8 ``(B, H, W, 3)``, ``state`` / ``proprio`` float32, ``instruction`` int64 token
+ids; only the keys the policy reads are inputs. The policy's own preprocessing is traced into
+it (pixels to CHW floats in ``[0, 1]``, the mean instruction embedding, the float casts of
+``harness.policies.obs_to_batch``), and so is the action rule: outputs are ``logits``
+``(B, action_dim, num_bins)``, the greedy ``tokens`` (first arg-max, as ``torch.argmax``) and
+their bin-centre ``actions`` ``-1 + 2 * token / (num_bins - 1)``. A deploy side feeds the env's
+arrays and reads ``actions``; :mod:`harness.deploy` does so without torch.
+
+Exporter: ``torch.onnx.export(..., dynamo=False)``, the TorchScript tracer, at opset
+:data:`OPSET`. The ``torch.export``-based exporter that torch 2.9+ uses by default needs the
+``onnxscript`` package; the tracer needs nothing beyond torch and onnx, and these policies have no
+data-dependent control flow for it to miss (the parity check below would catch one). In the
+exported copy an ``avg_pool`` TinyVLA's adaptive pooling becomes the same fixed windows
+(:class:`WindowAveragePool`), since ONNX cannot pool 11 x 11 to 4 x 4; the torch policy is not
+touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from harness.deploy import (
+    BIN_CENTRES_RULE,
+    EXPORT_FORMAT,
+    METADATA_KEY,
+    OUTPUTS,
+    observation_dtype,
+)
+from harness.policies import MLPTokenPolicy, TinyVLA, TokenPolicy, obs_to_batch, tokens_to_actions
+
+OPSET = 17
+_TORCH_DTYPES = {"uint8": torch.uint8, "int64": torch.int64, "float32": torch.float32}
+
+
+def input_keys(policy: TokenPolicy) -> tuple[str, ...]:
+    """The observation keys ``policy`` reads: the graph's inputs, in order.
+
+    Raises:
+        TypeError: A policy class this module does not know how to export.
+    """
+    if isinstance(policy, MLPTokenPolicy):
+        keys = ["state"]
+    elif isinstance(policy, TinyVLA):
+        keys = ["pixels"]
+    else:
+        raise TypeError(f"cannot export a {type(policy).__name__}; only MLPTokenPolicy (mlp) and"
+                        " TinyVLA (tiny_vla) token policies")
+    if policy.use_instruction:
+        keys.append("instruction")
+    if getattr(policy, "use_proprio", False):
+        keys.append("proprio")
+    return tuple(keys)
+
+
+class WindowAveragePool(nn.Module):
+    """``nn.AdaptiveAvgPool2d`` for one input size, as two constant averaging matrices.
+
+    ONNX has no adaptive pooling whose output size does not divide the input size (an
+    ``avg_pool`` TinyVLA at 84 px pools 11 x 11 to 4 x 4); these matrices average the very
+    windows torch does, ``[floor(i * n / m), ceil((i + 1) * n / m))``, with two ``MatMul``s.
+    """
+
+    def __init__(self, input_size: Sequence[int], output_size: int | Sequence[int | None]) -> None:
+        super().__init__()
+        if isinstance(output_size, int):
+            output_size = (output_size, output_size)
+        outputs = [n if m is None else m for n, m in zip(input_size, output_size, strict=True)]
+        self.register_buffer("rows", _window_means(input_size[0], outputs[0]))  # (m_h, H)
+        self.register_buffer("cols", _window_means(input_size[1], outputs[1]).T)  # (W, m_w)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` -> ``(B, C, m_h, m_w)``."""
+        return self.rows @ features @ self.cols
+
+
+def _window_means(size: int, windows: int) -> torch.Tensor:
+    """``(windows, size)``: row ``i`` averages ``[floor(i * size / windows), ceil(...))``."""
+    matrix = torch.zeros(windows, size)
+    for i in range(windows):
+        start, end = (i * size) // windows, -((-(i + 1) * size) // windows)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix
+
+
+def _fixed_pools(policy: TokenPolicy, example: Mapping[str, torch.Tensor]) -> TokenPolicy:
+    """``policy`` with each ``nn.AdaptiveAvgPool2d`` replaced by the :class:`WindowAveragePool`
+    of the input size it sees on ``example`` (fixed, since the image size is)."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    hooks = [module.register_forward_pre_hook(
+        lambda _, args, name=name: sizes.__setitem__(name, tuple(args[0].shape[-2:])))
+        for name, module in policy.named_modules() if isinstance(module, nn.AdaptiveAvgPool2d)]
+    with torch.no_grad():
+        policy.logits(example)
+    for hook in hooks:
+        hook.remove()
+    for name, size in sizes.items():
+        parent, _, child = name.rpartition(".")
+        pool = WindowAveragePool(size, policy.get_submodule(name).output_size)
+        setattr(policy.get_submodule(parent), child, pool)
+    return policy
+
+
+class GreedyGraph(nn.Module):
+    """Raw observation arrays, positionally in ``keys`` order -> ``(logits, tokens, actions)``."""
+
+    def __init__(self, policy: TokenPolicy, keys: Sequence[str]) -> None:
+        super().__init__()
+        self.policy = policy
+        self.keys = tuple(keys)
+
+    def forward(self, *arrays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.policy.logits(dict(zip(self.keys, arrays, strict=True)))
+        tokens = logits.argmax(dim=-1)
+        return logits, tokens, tokens_to_actions(tokens, self.policy.config.num_bins)
+
+
+def export_onnx(
+    policy: TokenPolicy,
+    record: Mapping[str, Any],
+    observations: Sequence[Mapping[str, np.ndarray]] = (),
+    tolerance: float = 1e-4,
+) -> tuple[bytes, dict[str, Any]]:
+    """The ONNX model of ``policy``, checked against it, with its deploy record in the metadata.
+
+    Args:
+        policy: The policy; it is copied, so its device and training mode stay as they are.
+        record: What the caller knows of its origin: at least ``task`` and ``task_options``
+            (the env it was trained on), usually ``source`` (checkpoint path, SHA-256, algo) and
+            ``evaluation`` (the run's evaluation seed and difficulties).
+        observations: Raw env observations on which the graph must reproduce the policy
+            (:func:`compare_with_torch`); none skips the check.
+        tolerance: Largest absolute logit difference allowed; greedy tokens must be equal.
+
+    Returns:
+        ``(model bytes, full record)``: ``record`` plus the graph inputs (shape without the batch
+        axis, dtype), outputs, ``num_bins``, ``action_dim``, the bin centres and their rule, the
+        policy config, the exporter, the parity check and the export date (UTC).
+
+    Raises:
+        TypeError: A policy class that cannot be exported.
+        ValueError: ``record`` lacks ``task`` or ``task_options``, the exporter fails on a
+            layer, or the graph does not reproduce the policy within ``tolerance`` (the
+            message gives the figures).
+    """
+    missing = [key for key in ("task", "task_options") if key not in record]
+    if missing:
+        raise ValueError(f"the export record lacks {missing}; the deploy side needs the task")
+    keys = input_keys(policy)
+    inputs = [{"name": key, "shape": list(policy.obs_shapes[key]),
+               "dtype": observation_dtype(key)} for key in keys]
+    example = tuple(torch.zeros((1, *entry["shape"]), dtype=_TORCH_DTYPES[entry["dtype"]])
+                    for entry in inputs)
+    copied = copy.deepcopy(policy).cpu().eval()
+    module = GreedyGraph(_fixed_pools(copied, dict(zip(keys, example, strict=True))), keys)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        # The tracer announces its deprecation in favour of the exporter that needs onnxscript,
+        # and flags torch.as_tensor in tokens_to_actions, an identity on a tensor.
+        for category in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
+            warnings.simplefilter("ignore", category)
+        try:
+            torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
+                              input_names=list(keys), output_names=list(OUTPUTS),
+                              dynamic_axes={name: {0: "batch"} for name in (*keys, *OUTPUTS)})
+        except RuntimeError as error:  # torch.onnx's errors, SymbolicValueError included
+            raise ValueError(f"torch.onnx.export cannot export this {policy.config.kind} "
+                             f"policy: {error}") from error
+    model = onnx.load_from_string(buffer.getvalue())
+    onnx.checker.check_model(model)
+    parity = compare_with_torch(buffer.getvalue(), policy, observations) if observations else None
+    if parity is not None and (parity["max_abs_logit_diff"] > tolerance
+                               or parity["token_mismatches"] or parity["action_mismatches"]):
+        raise ValueError(f"the ONNX graph does not reproduce the {policy.config.kind} policy: "
+                         f"{parity} (tolerance {tolerance} on logits; no greedy token or action "
+                         "may differ)")
+    config = policy.config
+    full = {
+        "format": EXPORT_FORMAT,
+        **record,
+        "policy": asdict(config),
+        "inputs": inputs,
+        "outputs": list(OUTPUTS),
+        "num_bins": config.num_bins,
+        "action_dim": config.action_dim,
+        "bin_centres_rule": BIN_CENTRES_RULE,
+        "bin_centres": np.linspace(-1.0, 1.0, config.num_bins).tolist(),
+        "exporter": {"torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET,
+                     "method": "torch.onnx.export(dynamo=False)"},
+        "parity": None if parity is None else {**parity, "tolerance": tolerance},
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(full)})
+    model.doc_string = (f"{config.kind} token policy for task {record['task']!r}: raw observation"
+                        f" arrays -> logits, greedy tokens, actions; see the {METADATA_KEY!r}"
+                        " metadata")
+    return model.SerializeToString(), full
+
+
+def compare_with_torch(model: bytes, policy: TokenPolicy,
+                       observations: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
+    """Run the exported graph and the torch policy on the same observations, as one batch.
+
+    Args:
+        model: The ONNX model bytes.
+        policy: The torch policy it was exported from.
+        observations: Raw observation dicts from the env.
+
+    Returns:
+        ``observations`` (the count), ``max_abs_logit_diff``, and ``token_mismatches`` and
+        ``action_mismatches``: greedy tokens, and their actions, that differ from the torch
+        policy's greedy :meth:`~harness.policies.TokenPolicy.act`, over all dimensions.
+    """
+    policy = copy.deepcopy(policy).cpu().eval()
+    batch = obs_to_batch(list(observations))
+    with torch.no_grad():
+        expected = policy.logits(batch)
+        expected_tokens, expected_actions = policy.act(batch, deterministic=True)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    logits, tokens, actions = session.run(
+        list(OUTPUTS), {key: batch[key].numpy() for key in input_keys(policy)})
+    return {"observations": len(observations),
+            "max_abs_logit_diff": float(np.abs(logits - expected.numpy()).max()),
+            "token_mismatches": int((tokens != expected_tokens.numpy()).sum()),
+            "action_mismatches": int((actions != expected_actions.numpy()).sum())}
+
+
+def sample_observations(env, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """``count`` observations of real env steps under seeded uniform random actions (resets
+    included), for the export's parity check."""
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    observations = [obs]
+    while len(observations) < count:
+        obs, _, terminated, truncated, _ = env.step(
+            rng.uniform(-1.0, 1.0, env.action_space.shape).astype(np.float32))
+        if terminated or truncated:
+            obs, _ = env.reset()
+        observations.append(obs)
+    return observations

@@ -1,0 +1,135 @@
+"""Benchmark the group trainer's rollout backends and modes: attempts/s with 1 and 2 workers,
+as worker processes (``algo.rollout.backend=processes``) and as Ray actors (``ray``), each with
+its policy copy (``algo.rollout.mode=per_worker``), and with environments in worker processes
+driven by one batched policy in the learner (``mode=batched``), on the same jobs.
+
+The same jobs are played by every configuration from the same snapshots with the same seed, so
+the script also checks that every backend and worker count returns the very same attempts
+(tokens, observations, outcomes). The reference is 1 worker process, measured in the same run;
+the figures to read are the ratios.
+
+usage: python scripts/bench_rollouts.py [--groups 8] [--group-size 8] [--repeats 3]
+           [--obs pixels|state] [--policy auto|hf_vla --model small:paligemma --image-size 64]
+           [--out bench_results/rollouts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
+from common.files import atomic_write_text
+from harness import config as harness_config
+from harness.algos.batched_pool import BatchedPool
+from harness.algos.pools import ProcessPool, RayPool
+from harness.policies import make as make_policy
+
+# (backend, mode): policy copies in processes (the reference) and in Ray actors; one policy in
+# the learner with environments in processes.
+CONFIGURATIONS = [("processes", "per_worker"), ("ray", "per_worker"), ("processes", "batched")]
+
+
+def _same(a, b) -> bool:
+    return (np.array_equal(a.tokens, b.tokens) and np.array_equal(a.success, b.success)
+            and all(np.array_equal(a.obs[k], b.obs[k]) for k in a.obs))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=8, help="start states B")
+    parser.add_argument("--group-size", type=int, default=8, help="attempts per start state G")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per configuration")
+    parser.add_argument("--obs", choices=("pixels", "state"), default="pixels")
+    parser.add_argument("--policy", choices=("auto", "hf_vla"), default="auto",
+                        help="auto: tiny_vla on pixels, mlp on state; hf_vla: a transformers "
+                             "VLA (--model), on pixels")
+    parser.add_argument("--model", default="small:paligemma", help="policy.model of hf_vla")
+    parser.add_argument("--image-size", type=int, default=84)
+    parser.add_argument("--out", type=Path, default=Path("bench_results/rollouts.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    policy_name = "tiny_vla" if args.obs == "pixels" else "mlp"
+    extra = []
+    if args.policy == "hf_vla":
+        policy_name, args.obs = "hf_vla", "pixels"
+        extra = [f"policy.model={args.model}", "policy.num_bins=32"]
+    config = harness_config.compose(["task=push", "task.difficulty=0.0",
+                                     "task.max_episode_steps=60", f"task.obs_mode={args.obs}",
+                                     f"task.image_size={args.image_size}",
+                                     f"policy={policy_name}", *extra, "algo=grpo", "logger=none"])
+    options = config.task.env_options()
+    env = tasks.make("push", **options)
+    policy = make_policy(config.policy.token_policy_config(), env.observation_space)
+    env.close()
+    starts = tasks.make("push", **{**options, "obs_mode": "state"})
+    jobs = []
+    for group in range(args.groups):
+        starts.reset(seed=group, options={"difficulty": 0.0})
+        jobs += [(starts.snapshot(), group, 0.0)] * args.group_size
+    starts.close()
+    spec = (policy.config, policy.obs_shapes)
+    attempts = len(jobs)
+    print(f"{attempts} attempts ({args.groups} start states x {args.group_size}), push "
+          f"{args.obs}, {policy_name}; best of {args.repeats} calls each")
+
+    def pool_for(backend: str, mode: str, workers: int):
+        num_envs = -(-attempts // workers)
+        if mode == "batched":
+            return BatchedPool(workers, ("push", options, num_envs, None), backend)
+        engine_args = ("push", options, spec, num_envs, None)
+        if backend == "ray":
+            return RayPool(workers, engine_args, address=None, cpus_per_worker=1)
+        return ProcessPool(workers, engine_args)
+
+    results: dict = {"attempts": attempts, "obs": args.obs, "policy": policy_name,
+                     "model": args.model if policy_name == "hf_vla" else None}
+    reference = None
+    for backend, mode in CONFIGURATIONS:
+        for workers in (1, 2):
+            with pool_for(backend, mode, workers) as pool:
+                pool.run(policy, jobs[: 2 * workers], 1.0, seed=0)  # warm: renderers, imports
+                times = []
+                for _ in range(args.repeats):
+                    start = time.perf_counter()
+                    rollout = pool.run(policy, jobs, 1.0, seed=1)
+                    times.append(time.perf_counter() - start)
+            seconds = min(times)
+            reference = reference or rollout
+            steps = int(rollout.lengths.sum())
+            key = f"{backend}_{mode}_{workers}"
+            results[key] = {"seconds": seconds, "attempts_per_s": attempts / seconds,
+                            "env_steps_per_s": steps / seconds, "all_seconds": times,
+                            "same_attempts_as_reference": _same(rollout, reference)}
+            print(f"  {backend:9s} {mode:10s} x{workers}: {attempts / seconds:6.1f} attempts/s, "
+                  f"{steps / seconds:7.0f} env steps/s, same attempts: "
+                  f"{results[key]['same_attempts_as_reference']}")
+
+    def rate(key: str) -> float:
+        return results[key]["attempts_per_s"]
+
+    results["ratios"] = {
+        "processes_2_over_1": rate("processes_per_worker_2") / rate("processes_per_worker_1"),
+        "ray_2_over_1": rate("ray_per_worker_2") / rate("ray_per_worker_1"),
+        "ray_2_over_processes_2": rate("ray_per_worker_2") / rate("processes_per_worker_2"),
+        "batched_2_over_1": rate("processes_batched_2") / rate("processes_batched_1"),
+        "batched_2_over_per_worker_2": (rate("processes_batched_2")
+                                        / rate("processes_per_worker_2")),
+    }
+    for name, value in results["ratios"].items():
+        print(f"  {name}: {value:.2f}x")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(results, indent=2))
+    print(f"wrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

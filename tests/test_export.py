@@ -1,0 +1,257 @@
+"""Exported policies: the ONNX graph of a group-trainer run gives the torch policy's logits and
+greedy actions on real env observations, carries what deploying it needs, and plays in the
+simulator through onnxruntime in a process that never imports torch; bad inputs are refused by
+name. Real components throughout: two tiny group-trainer runs (MLP on state, TinyVLA on 32 px)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import tasks
+from common.files import read_metrics, sha256_of
+from harness import config as harness_config
+from harness import trainers
+from harness.checkpoints import evaluate_checkpoint
+from harness.deploy import ExportedPolicy, deploy
+from harness.export import WindowAveragePool, export_onnx, sample_observations
+from harness.policies import TokenPolicyConfig, obs_to_batch, tokens_to_actions
+from harness.policies import make as make_policy
+from harness.runs import resolve_checkpoint, write_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["task=reach", "task.max_episode_steps=10", "algo=grpo", "algo.iterations=1",
+        "algo.group_size=2", "algo.num_start_states=2", "algo.minibatch_size=4",
+        "eval.final_episodes=2", "eval.every_steps=0", "logger=none", "torch_threads=1"]
+POLICIES = {
+    "mlp": ["policy=mlp", "policy.hidden=32", "policy.use_instruction=true"],
+    "tiny_vla": ["task.obs_mode=pixels", "task.image_size=32", "policy=tiny_vla",
+                 "policy.hidden=16", "policy.conv_channels=[4,4]"],
+}
+HYDRA_QUIET = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / f"scripts/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+export_app, deploy_app = script("export_policy"), script("deploy_policy")
+
+
+def export(tmp_path: Path, *args: str) -> int:
+    return export_app.main([*args, f"hydra.run.dir={tmp_path / 'hydra'}", *HYDRA_QUIET])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """One tiny group-trainer run per policy kind, each exported to ``<run>.onnx``."""
+    folder = tmp_path_factory.mktemp("export")
+    for kind, overrides in POLICIES.items():
+        trainers.train(harness_config.compose([*TINY, *overrides]), folder / kind)
+        assert read_metrics(folder / kind / "metrics.csv")
+        assert export(folder, f"checkpoint={folder / kind}", f"out={folder / kind}.onnx") == 0
+    return {kind: folder / kind for kind in POLICIES}
+
+
+def greedy_observations(policy, env, episodes: int = 2) -> list[dict[str, np.ndarray]]:
+    """Observations of real env steps under the torch policy's greedy actions."""
+    observations = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        done = False
+        while not done:
+            observations.append(obs)
+            _, actions = policy.act(obs_to_batch(obs), deterministic=True)
+            obs, _, terminated, truncated, _ = env.step(actions[0].numpy())
+            done = terminated or truncated
+    return observations
+
+
+@pytest.mark.parametrize("kind", POLICIES)
+def test_the_graph_gives_the_torch_logits_and_greedy_actions(runs, kind):
+    policy, _, metadata = export_app.load_token_policy(str(runs[kind]))
+    env = tasks.make(metadata["task"], **metadata["task_options"])
+    observations = greedy_observations(policy, env)
+    session = ort.InferenceSession(f"{runs[kind]}.onnx", providers=["CPUExecutionProvider"])
+    batch = obs_to_batch(observations)
+    feeds = {node.name: batch[node.name].numpy() for node in session.get_inputs()}
+    logits, tokens, actions = session.run(["logits", "tokens", "actions"], feeds)
+    with torch.no_grad():
+        expected_logits = policy.logits(batch)
+        expected_tokens, expected_actions = policy.act(batch, deterministic=True)
+
+    assert logits.shape == (len(observations), 4, policy.config.num_bins)
+    assert np.abs(logits - expected_logits.numpy()).max() <= 1e-4
+    np.testing.assert_array_equal(tokens, expected_tokens.numpy())
+    np.testing.assert_array_equal(actions, expected_actions.numpy())
+    np.testing.assert_array_equal(actions, tokens_to_actions(tokens, 11).numpy())
+    exported = ExportedPolicy(f"{runs[kind]}.onnx")  # one raw observation at a time, batch of 1
+    for obs, action in zip(observations, expected_actions.numpy(), strict=True):
+        np.testing.assert_array_equal(exported(obs), action)
+
+
+@pytest.mark.parametrize(("size", "pooled"), [(11, 4), (5, 4), (8, 4), (7, 3), (4, 4)])
+def test_window_average_pool_is_adaptive_average_pooling(size, pooled):
+    features = torch.randn(2, 3, size, size + 1)
+    expected = torch.nn.AdaptiveAvgPool2d(pooled)(features)
+    assert torch.allclose(WindowAveragePool((size, size + 1), pooled)(features), expected,
+                          atol=1e-6)
+
+
+def test_an_avg_pool_tiny_vla_exports_where_onnx_has_no_adaptive_pool():
+    """40 px: 40 -> 20 -> 10 -> 5 after the convolutions, pooled to 4 x 4 (5 is no multiple)."""
+    env = tasks.make("reach", obs_mode="pixels", image_size=40)
+    torch.manual_seed(0)
+    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4, 4),
+                                           image_features="avg_pool"), env.observation_space)
+    _, info = export_onnx(policy, {"task": "reach", "task_options": {}},
+                          sample_observations(env, 16))
+    assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and not info["parity"]["token_mismatches"]
+
+
+def test_the_file_says_what_deploy_needs(runs):
+    info = ExportedPolicy(f"{runs['tiny_vla']}.onnx").info
+    checkpoint, metadata = resolve_checkpoint(runs["tiny_vla"])
+    assert info["task"] == "reach" and info["task_options"] == metadata["task_options"]
+    assert info["inputs"] == [
+        {"name": "pixels", "shape": [32, 32, 3], "dtype": "uint8"},
+        {"name": "instruction", "shape": [12], "dtype": "int64"},
+        {"name": "proprio", "shape": [8], "dtype": "float32"},
+    ]
+    assert info["outputs"] == ["logits", "tokens", "actions"]
+    assert (info["num_bins"], info["action_dim"]) == (11, 4)
+    assert info["bin_centres"] == pytest.approx(np.linspace(-1, 1, 11).tolist())
+    assert info["source"]["sha256"] == sha256_of(checkpoint) == metadata["sha256"]
+    assert info["source"]["algo"] == "grpo" and info["source"]["policy"] == "fine-tuned"
+    assert info["evaluation"] == metadata["evaluation"]
+    assert info["control_period_s"] == pytest.approx(0.04)
+    assert info["exported_at"].startswith(datetime.now(UTC).date().isoformat())
+    assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and info["parity"]["observations"] == 32
+    assert [i["name"] for i in ExportedPolicy(f"{runs['mlp']}.onnx").info["inputs"]] == [
+        "state", "instruction"]
+
+
+def test_the_start_policy_exports_with_reference(runs, tmp_path):
+    assert export(tmp_path, f"checkpoint={runs['mlp']}", "reference=true",
+                  f"out={tmp_path / 'start.onnx'}") == 0
+    start, _, _ = export_app.load_token_policy(str(runs["mlp"]), reference=True)
+    obs, _ = tasks.make("reach", max_episode_steps=10).reset(seed=5)
+    exported = ExportedPolicy(tmp_path / "start.onnx")
+    assert exported.info["source"]["policy"].startswith("reference")
+    _, action = start.act(obs_to_batch(obs), deterministic=True)
+    np.testing.assert_array_equal(exported(obs), action[0].numpy())
+
+
+def test_deployment_plays_the_episodes_evaluate_plays(runs):
+    """Same held-out seeds and greedy actions: the same episodes as ``scripts/evaluate.py``."""
+    expected, _ = evaluate_checkpoint(runs["tiny_vla"], episodes=3)
+    result = deploy(ExportedPolicy(f"{runs['tiny_vla']}.onnx"), episodes=3)
+    assert [(e.seed, e.success, e.length) for e in result.evaluation.episodes] == [
+        (e.seed, e.success, e.length) for e in expected.episodes]
+    steps = sum(e.length for e in expected.episodes)
+    assert len(result.inference_s) == len(result.step_s) == steps
+    assert all(0 < a < b for a, b in zip(result.inference_s, result.step_s, strict=True))
+    summary = result.summary()
+    assert summary["control_period_ms"] == pytest.approx(40.0)
+    assert 0 < summary["inference_ms"]["p50"] <= summary["inference_ms"]["p99"]
+
+
+def test_the_deploy_script_never_imports_torch(runs, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "scripts/deploy_policy.py",
+         f"model={runs['tiny_vla']}.onnx", "episodes=2", f"output={tmp_path / 'deploy.json'}",
+         f"hydra.run.dir={tmp_path / 'hydra'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", done.stderr, re.MULTILINE)
+    assert "onnxruntime" in imported and "mujoco" in imported
+    assert not [name for name in imported if name.split(".")[0] == "torch"]
+    assert "success" in done.stdout and "p99" in done.stdout
+    written = json.loads((tmp_path / "deploy.json").read_text())
+    assert written["episodes"] == 2 and written["step_ms"]["p99"] > 0
+
+
+def fake_checkpoint(run_dir: Path, algo: str, payload: bytes = b"weights") -> Path:
+    write_checkpoint(run_dir / "checkpoints", "latest", ".pt" if algo == "grpo" else ".zip",
+                     lambda file: file.write(payload),
+                     {"algo": algo, "task": "reach", "task_options": {}})
+    return run_dir
+
+
+@pytest.mark.parametrize(("make_args", "named"), [
+    (lambda tmp, runs: [f"checkpoint={fake_checkpoint(tmp / 'sb3', 'ppo')}"], "algo='ppo'"),
+    (lambda tmp, runs: [f"checkpoint={fake_checkpoint(tmp / 'new', 'foo')}"], "algo='foo'"),
+    (lambda tmp, runs: [f"checkpoint={tmp / 'nowhere'}"], "nowhere"),
+    (lambda tmp, runs: [f"checkpoint={runs['mlp']}", "format=tflite"], "format='tflite'"),
+])
+def test_export_refuses_what_it_cannot_export_by_name(runs, tmp_path, capsys, make_args, named):
+    assert export(tmp_path, *make_args(tmp_path, runs), f"out={tmp_path / 'x.onnx'}") == 1
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_export_refuses_an_unknown_policy_kind(runs, tmp_path, capsys):
+    checkpoint, _ = resolve_checkpoint(runs["mlp"])
+    state = torch.load(checkpoint, weights_only=True)
+    state["policy_config"]["kind"] = "cnn"
+    run = tmp_path / "cnn_run"
+    fake_checkpoint(run, "grpo", b"")
+    torch.save(state, run / "checkpoints" / "latest.pt")  # then mend the recorded SHA-256
+    meta = json.loads((run / "checkpoints" / "latest.json").read_text())
+    meta["sha256"] = sha256_of(run / "checkpoints" / "latest.pt")
+    (run / "checkpoints" / "latest.json").write_text(json.dumps(meta))
+    assert export(tmp_path, f"checkpoint={run}", f"out={tmp_path / 'x.onnx'}") == 1
+    assert "kind='cnn'" in capsys.readouterr().err
+
+
+def test_a_failed_parity_check_leaves_the_old_file(runs, tmp_path, monkeypatch, capsys):
+    import harness.export
+
+    out = tmp_path / "policy.onnx"
+    out.write_bytes(b"the previous export")
+    monkeypatch.setattr(harness.export, "compare_with_torch", lambda *args: {
+        "observations": 32, "max_abs_logit_diff": 0.5, "token_mismatches": 3,
+        "action_mismatches": 3})
+    assert export(tmp_path, f"checkpoint={runs['mlp']}", f"out={out}") == 1
+    assert "does not reproduce" in capsys.readouterr().err
+    assert out.read_bytes() == b"the previous export"
+    assert [p.name for p in tmp_path.iterdir() if p.name != "hydra"] == ["policy.onnx"]
+
+
+def test_deploy_refuses_bad_models_and_tasks_by_name(runs, tmp_path, capsys):
+    def refused(*args: str) -> str:
+        code = deploy_app.main([*args, "episodes=1", f"hydra.run.dir={tmp_path / 'h'}",
+                                *HYDRA_QUIET])
+        assert code == 1
+        return capsys.readouterr().err
+
+    assert "no exported policy at" in refused(f"model={tmp_path / 'missing.onnx'}")
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    assert "not an ONNX model" in refused(f"model={tmp_path / 'junk.onnx'}")
+    plain = tmp_path / "plain.onnx"
+    tensor = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "plain", [tensor],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])), plain)
+    assert "no 'vla_rl_harness' metadata" in refused(f"model={plain}")
+    model = f"model={runs['mlp']}.onnx"
+    message = refused(model, "task_name=push")
+    assert "'state' of shape (14,)" in message and "(30,)" in message and "'reach'" in message
+    assert "'pixels'" in refused(f"model={runs['tiny_vla']}.onnx", "+task_options.obs_mode=state")
+    assert "unknown task 'nope'" in refused(model, "task_name=nope")
+    assert "difficulties=[2.0]" in refused(model, "difficulties=[2.0]")

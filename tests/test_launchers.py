@@ -1,0 +1,187 @@
+"""Sweeps through every launcher (docs/scaling.md): the same tiny two-job sweep through joblib (the
+default), the submitit rehearsal of a SLURM sweep and a local Ray gives the same job folders and
+the same numbers, and the report reads each; a re-launched sweep (``resume=true``) leaves a
+finished job untouched and completes the others; a launcher that cannot run the sweep stops it
+with the setting to change before anything is written. Each sweep runs ``scripts/train.py`` in a
+subprocess, as a user would."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness import trainers
+from harness.config import compose
+from harness.report import scan_runs
+from harness.report.compare import compare_sweeps, job_folders
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "algo.group_size=2",
+        "algo.num_start_states=2", "algo.minibatch_size=4", "task.max_episode_steps=10",
+        "eval.final_episodes=2", "eval.every_steps=0", "logger=none"]
+SWEEP = [*TINY, "seed=0,1"]
+LOCAL_RAY = ["hydra/launcher=ray_cluster", "hydra.launcher.ray.init.num_cpus=2",
+             "hydra.launcher.ray.init.object_store_memory=80000000"]
+
+
+@dataclass
+class Sweep:
+    """A finished ``scripts/train.py -m`` process."""
+
+    pid: int
+    returncode: int
+    stderr: str
+
+
+def sweep(sweep_dir: Path | str, *overrides: str, check: bool = True) -> Sweep:
+    """``python scripts/train.py -m <the tiny sweep> overrides... hydra.sweep.dir=sweep_dir``."""
+    process = subprocess.Popen(
+        [sys.executable, "scripts/train.py", "-m", *SWEEP, *overrides,
+         f"hydra.sweep.dir={sweep_dir}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    _, stderr = process.communicate(timeout=300)
+    if check:
+        assert process.returncode == 0, stderr[-3000:]
+    return Sweep(process.pid, process.returncode, stderr)
+
+
+def check_no_ray_left(done: Sweep) -> None:
+    """No process of the local Ray that the sweep started is left: Ray names its session folder
+    after the process that started it (``session_<date>_<time>_<n>_<pid>``), and every daemon
+    of that Ray carries the name in its arguments. Other people's Ray is left out."""
+    session = re.compile(rf"session_[0-9_-]+_{done.pid}\b")
+    deadline = time.monotonic() + 20
+    while True:
+        listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True,
+                                 text=True).stdout
+        left = [line for line in listing.splitlines() if session.search(line)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"the sweep left Ray processes behind: {left}"
+
+
+def check_reported(sweep_dir: Path) -> None:
+    """Two jobs, each with its summary.json, and scripts/report.py reads both, skipping none."""
+    assert len(job_folders(sweep_dir)) == 2
+    runs, skipped = scan_runs(sweep_dir)
+    assert len(runs) == 2 and not skipped, skipped
+    report = subprocess.run([sys.executable, "scripts/report.py", str(sweep_dir), "--reps", "100"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (sweep_dir / "report.md").read_text()
+    assert "2 runs of task reach" in text and "Skipped folders" not in text
+
+
+@pytest.fixture(scope="module")
+def joblib_sweep(tmp_path_factory) -> Path:
+    """The tiny sweep through the default launcher (joblib)."""
+    sweep_dir = tmp_path_factory.mktemp("joblib") / "sweep"
+    sweep(sweep_dir, "hydra.launcher.n_jobs=2")
+    return sweep_dir
+
+
+def test_joblib_is_the_default_and_the_sweep_is_reported(joblib_sweep):
+    hydra = (joblib_sweep / "multirun.yaml").read_text()
+    assert "JoblibLauncher" in hydra
+    check_reported(joblib_sweep)
+
+
+def test_submitit_rehearsal_gives_the_joblib_sweep(joblib_sweep, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep(sweep_dir, "hydra/launcher=slurm_rehearsal", "hydra.sweeper.max_batch_size=2")
+    assert (sweep_dir / ".submitit").is_dir()  # submitit's pickles and logs, next to the jobs
+    assert job_folders(sweep_dir).keys() == job_folders(joblib_sweep).keys()
+    assert compare_sweeps(joblib_sweep, sweep_dir) == []
+    check_reported(sweep_dir)
+
+
+def test_local_ray_gives_the_joblib_sweep_and_stops(joblib_sweep, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    done = sweep(sweep_dir, *LOCAL_RAY)
+    assert job_folders(sweep_dir).keys() == job_folders(joblib_sweep).keys()
+    assert compare_sweeps(joblib_sweep, sweep_dir) == []
+    check_reported(sweep_dir)
+    check_no_ray_left(done)
+
+
+@pytest.mark.parametrize("damage", ["never started", "killed before its summary"])
+def test_a_relaunched_sweep_skips_finished_jobs_and_completes_the_others(joblib_sweep, tmp_path,
+                                                                         damage):
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(joblib_sweep, sweep_dir)
+    finished, other = (job_folders(sweep_dir)[name] for name in sorted(job_folders(sweep_dir)))
+    if damage == "never started":
+        shutil.rmtree(other)
+    else:  # killed during its final evaluation: checkpoint at the full budget, no final rows
+        (other / "summary.json").unlink()
+        rows = (other / "metrics.csv").read_text().splitlines(keepends=True)
+        (other / "metrics.csv").write_text("".join(r for r in rows if ",final" not in r))
+    # Hydra rewrites .hydra/ and appends to train.log on every launch; the run's own files stay.
+    before = {path: (path.read_bytes(), path.stat().st_mtime_ns)
+              for path in finished.rglob("*")
+              if path.is_file() and ".hydra" not in path.parts and path.name != "train.log"}
+
+    sweep(sweep_dir, "hydra.launcher.n_jobs=2", "resume=true")
+
+    after = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in before}
+    assert after == before
+    assert sorted(job_folders(sweep_dir)) == sorted(job_folders(joblib_sweep))
+    assert compare_sweeps(joblib_sweep, sweep_dir) == []
+
+
+def test_resume_true_where_no_checkpoint_was_saved_starts_afresh(tmp_path):
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    # an earlier start killed before its first checkpoint left a row behind
+    (run_dir / "metrics.csv").write_text("step,time_s,key,value\n7,0.1,stale/row,1.0\n")
+    summary = trainers.train(compose([*TINY, "resume=true"]), run_dir)
+    assert summary["env_steps"] > 0 and (run_dir / "summary.json").exists()
+    assert "stale/row" not in (run_dir / "metrics.csv").read_text()
+
+
+# ------------------------------------------------------------------------------- bad input
+def closed_port() -> int:
+    """A local TCP port nothing listens at."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="this machine has sbatch")
+def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path):
+    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", check=False)
+    assert done.returncode == 1
+    assert "sbatch, which is not on this machine's PATH" in done.stderr
+    assert "hydra/launcher=slurm_rehearsal" in done.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(("setting", "relative", "message"), [
+    ("hydra.launcher.ray.init.address=127.0.0.1:{port}", False,
+     "hydra.launcher.ray.init.address='127.0.0.1:{port}': nothing answers at 127.0.0.1:{port}"),
+    ("hydra.launcher.ray.init.address=auto", True,
+     "hydra.sweep.dir='multirun/never_written' is relative"),
+    ("hydra.launcher.ray.remote.num_cpus=64", False,
+     "hydra.launcher.ray.remote.num_cpus=64: no node of the local Ray can hold one job"),
+    ("hydra.launcher.ray.remote.num_gpus=64", False,
+     "hydra.launcher.ray.remote.num_gpus=64: no node of the local Ray can hold one job"),
+], ids=["unreachable address", "relative sweep dir", "too many CPUs", "too many GPUs"])
+def test_ray_refuses_what_it_cannot_run_before_anything_is_written(tmp_path, setting, relative,
+                                                                   message):
+    port = closed_port()
+    sweep_dir = "multirun/never_written" if relative else tmp_path / "sweep"
+    done = sweep(sweep_dir, *LOCAL_RAY, setting.format(port=port), check=False)
+    assert done.returncode == 1
+    assert message.format(port=port) in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "sweep").exists() and not (ROOT / "multirun" / "never_written").exists()
+    check_no_ray_left(done)

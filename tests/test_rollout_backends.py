@@ -1,0 +1,193 @@
+"""Rollout workers as processes or Ray actors: the same seed gives the same run, bit for bit,
+whatever the backend and the number of workers; a worker killed mid-iteration is replaced and
+the iteration completes; bad Ray settings are refused before the run directory exists.
+
+Real group-trainer runs on reach (state, a tiny MLP), real worker processes, a real local Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import tasks
+from common.files import read_metrics
+from harness import config as harness_config
+from harness import trainers
+from harness.algos.batched_pool import BatchedPool
+from harness.algos.pools import ProcessPool, RayPool
+from harness.config import ConfigError
+from harness.policies import make, sample_tokens
+
+FAST = [
+    "task=reach", "task.obs_mode=state", "task.difficulty=0.3", "task.max_episode_steps=12",
+    "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=4", "algo.num_start_states=3",
+    "algo.learning_rate=3e-3", "algo.iterations=3", "eval.every_steps=0",
+    "eval.final_episodes=6", "logger=none", "total_timesteps=1000000",
+]
+OPERATIONAL = ("time/", "rollout/worker_restarts")  # wall clock and restarts differ by design
+
+
+def run(tmp_path, name: str, *overrides: str) -> dict[str, list]:
+    config = harness_config.compose([*FAST, *overrides])
+    summary = trainers.train(config, tmp_path / name)
+    metrics = read_metrics(tmp_path / name / "metrics.csv")
+    learned = {k: v for k, v in metrics.items() if not k.startswith(OPERATIONAL)}
+    learned["final"] = [(0, summary["success_rate"]), (0, summary["env_steps"])]
+    return learned
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("one"), "run", "algo.workers=1")
+
+
+def test_sampling_is_the_inverse_cdf_of_each_row():
+    """Worked by hand: probabilities (0.1, 0.2, 0.7) -> cdf (0.1, 0.3, 1.0); u in [0, 0.1) is
+    token 0, [0.1, 0.3) token 1, [0.3, 1) token 2; a zero-probability token is never drawn."""
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.7])).expand(6, 3)
+    uniforms = torch.tensor([0.0, 0.0999, 0.1001, 0.2999, 0.3001, 0.99999])
+    assert sample_tokens(logits, uniforms).tolist() == [0, 0, 1, 1, 2, 2]
+    zero = torch.tensor([[0.0, -float("inf"), 0.0]])
+    assert sample_tokens(zero, torch.tensor([0.5])).item() == 2
+    assert sample_tokens(zero, torch.tensor([0.4999])).item() == 0
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_number_of_processes_does_not_change_the_run(tmp_path, reference, workers):
+    assert run(tmp_path, "run", f"algo.workers={workers}") == reference
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batched_rollouts_give_the_same_run_as_policy_copies(tmp_path, reference, workers):
+    """One policy in the learner, environments in workers: the same attempts, the same run."""
+    assert run(tmp_path, "run", f"algo.workers={workers}", "algo.rollout.mode=batched") == \
+        reference
+
+
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_ray_actors_give_the_same_run_as_processes(tmp_path, reference, mode):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
+             log_to_driver=False)
+    try:
+        assert run(tmp_path, "run", "algo.workers=2", "algo.rollout.backend=ray",
+                   f"algo.rollout.mode={mode}") == reference
+    finally:
+        ray.shutdown()
+
+
+def _jobs(policy_count: int = 48):
+    env = tasks.make("reach", obs_mode="state", max_episode_steps=12)
+    jobs = []
+    for group in range(policy_count // 4):
+        env.reset(seed=group, options={"difficulty": 0.3})
+        jobs += [(env.snapshot(), group, 0.3)] * 4
+    torch.manual_seed(0)
+    policy = make(harness_config.compose(FAST).policy.token_policy_config(),
+                  env.observation_space)
+    env.close()
+    args = ("reach", {"obs_mode": "state", "max_episode_steps": 12},
+            (policy.config, policy.obs_shapes), 6, None)
+    return policy, jobs, args
+
+
+def _same(a, b) -> None:
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.lengths, b.lengths)
+    assert np.array_equal(a.success, b.success)
+    for key in a.obs:
+        assert np.array_equal(a.obs[key], b.obs[key])
+
+
+def _kill_soon(pool, timer: float = 0.3) -> threading.Timer:
+    victim = pool.worker_pids()[0]
+    killer = threading.Timer(timer, os.kill, (victim, signal.SIGKILL))
+    killer.start()
+    return killer
+
+
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(backend, mode):
+    policy, jobs, args = _jobs()
+    with ProcessPool(1, args) as local:
+        expected = local.run(policy, jobs, 1.0, seed=(0, 7, 0))
+    if backend == "ray":
+        pytest.importorskip("ray")
+    if mode == "batched":
+        pool = BatchedPool(2, (args[0], args[1], args[3], args[4]), backend)
+    elif backend == "ray":
+        pool = RayPool(2, args, address=None, cpus_per_worker=1)
+    else:
+        pool = ProcessPool(2, args)
+    with pool:
+        pool.run(policy, jobs[:2], 1.0, seed=0)  # warm: both workers up and holding weights
+        killer = _kill_soon(pool, timer=0.05)  # most often mid-call; else before the next one
+        rollout = pool.run(policy, jobs, 1.0, seed=(0, 7, 0))
+        killer.join()
+        again = pool.run(policy, jobs, 1.0, seed=(0, 7, 0))  # the replacement serves on
+        assert pool.restarts == 1
+        _same(rollout, expected)
+        _same(again, expected)
+
+
+def test_weights_travel_only_when_they_changed():
+    policy, jobs, args = _jobs()
+    with ProcessPool(2, args) as pool:
+        first = pool.run(policy, jobs, 1.0, seed=1)
+        held = list(pool._held)
+        pool.run(policy, jobs, 1.0, seed=1)
+        assert pool._held == held  # nothing changed, nothing sent
+        with torch.no_grad():
+            for parameter in policy.parameters():
+                parameter.add_(0.5)
+        changed = pool.run(policy, jobs, 1.0, seed=1)
+        assert pool._held != held
+        assert not np.array_equal(first.tokens, changed.tokens)
+
+
+# -------------------------------------------------------------------------- bad input
+def test_an_unreachable_ray_address_is_refused_before_the_run_directory(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = harness_config.compose(
+        [*FAST, "algo.rollout.backend=ray", f"algo.rollout.ray_address=127.0.0.1:{port}"])
+    with pytest.raises(ConfigError, match=f"algo.rollout.ray_address='127.0.0.1:{port}'"):
+        trainers.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_resource_request_no_node_can_hold_is_refused():
+    pytest.importorskip("ray")
+    _, _, args = _jobs()
+    with pytest.raises(ConfigError, match="gpus_per_worker=1"):
+        RayPool(1, args, address=None, cpus_per_worker=1, gpus_per_worker=1)
+    import ray
+
+    assert not ray.is_initialized()  # the local instance it started is shut down
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algo.rollout.backend=dask", "algo.rollout.backend='dask'"),
+    ("algo.rollout.cpus_per_worker=0", "algo.rollout.cpus_per_worker=0"),
+    ("algo.rollout.gpus_per_worker=0.5", "need algo.rollout.backend=ray"),
+])
+def test_bad_rollout_settings_are_refused_at_load(override, message):
+    with pytest.raises(ConfigError, match=message):
+        harness_config.compose([*FAST, override])
+
+
+def test_replay_starts_give_the_same_run_in_every_mode(tmp_path):
+    """Captured near-miss states travel back from the workers the same way in every mode."""
+    replay = ("algo.start_states=replay", "algo.replay_every=3")
+    one = run(tmp_path, "one", "algo.workers=1", *replay)
+    assert one["starts/replay_buffer"][-1][1] > 0
+    assert run(tmp_path, "two", "algo.workers=2", *replay) == one
+    assert run(tmp_path, "batched", "algo.workers=2", "algo.rollout.mode=batched", *replay) == one
