@@ -119,10 +119,13 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
                 episode = episode if start.source == "reset" else None
             origins.append(start)
             episodes.append(episode)
-            generators = [np.random.default_rng([cfg.seed, iteration, round_, len(jobs) + a,
-                                                 RESET_NOISE_STREAM])
-                          for a in range(algo.group_size)]
-            snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
+            if noise.on:  # each attempt its own perturbed start
+                generators = [np.random.default_rng([cfg.seed, iteration, round_, len(jobs) + a,
+                                                     RESET_NOISE_STREAM])
+                              for a in range(algo.group_size)]
+                snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
+            else:
+                snapshots = [start.snapshot] * algo.group_size
             jobs += [(snapshot, group, start.difficulty) for snapshot in snapshots]
         # Each attempt samples from its own generator, seeded by (run, iteration, round,
         # attempt): the attempts do not depend on how many workers play them.
