@@ -63,6 +63,51 @@ def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | N
     return save_figure(figure, out)
 
 
+def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
+    """Plot a run with demonstration starts: the fraction of the demonstration left at the demo
+    curriculum's frontier (top); the informative fraction of demo- and reset-started groups,
+    training success (10-iteration means) and validation success (bottom).
+
+    Raises:
+        ValueError: The run logged no ``starts/demo_remaining`` (no demo starts).
+    """
+    series = read_metrics(metrics_csv)
+    if "starts/demo_remaining" not in series:
+        raise ValueError(f"{metrics_csv} has no starts/demo_remaining: was the run trained with "
+                         "algo.start_states=demo or mix?")
+
+    def curve(key: str) -> tuple[np.ndarray, np.ndarray]:
+        pairs = series.get(key, [])
+        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+    def mean_of_last(values: np.ndarray, window: int = 10) -> np.ndarray:
+        return np.array([np.nanmean(values[max(0, i - window + 1): i + 1])
+                         if np.isfinite(values[max(0, i - window + 1): i + 1]).any() else np.nan
+                         for i in range(len(values))])
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, dpi=110)
+    steps, remaining = curve("starts/demo_remaining")
+    top.step(steps, remaining, where="post", color="tab:purple")
+    top.set_ylabel("demonstration left\nat the frontier")
+    top.set_ylim(0, 1.05)
+    for key, label, colour in (("starts/signal_demo", "informative, demo starts", "tab:purple"),
+                               ("starts/signal_reset", "informative, reset starts", "tab:gray"),
+                               ("rollout/success_rate", "training success", "tab:blue")):
+        x, y = curve(key)
+        if len(x):
+            bottom.plot(x, mean_of_last(y), label=f"{label} (10-iteration mean)", color=colour)
+    x, y = curve("eval/success_rate")
+    if len(x):
+        bottom.plot(x, y, "o-", color="tab:red", label="validation success (fresh resets)")
+    bottom.set_xlabel("environment steps")
+    bottom.xaxis.set_major_formatter(EngFormatter())
+    bottom.set_ylabel("fraction")
+    bottom.set_ylim(0, 1.05)
+    bottom.legend(fontsize=8, loc="upper right")
+    figure.tight_layout()
+    return save_figure(figure, out)
+
+
 # ------------------------------------------------------------------- several runs (reports)
 def _arm_colours(arms: Sequence[str]) -> dict[str, str]:
     """One colour per arm, the same in every figure of a report."""

@@ -134,6 +134,12 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
                 "starts/demo_remaining", "starts/replay_buffer"):
         assert key in metrics, key
     assert metrics["starts/replay_buffer"][-1][1] > 0
+    from common.plots import start_states_curve
+
+    figure = start_states_curve(tmp_path / "mix" / "metrics.csv", tmp_path / "starts.png")
+    assert figure.stat().st_size > 10_000  # a real picture of both panels
+    with pytest.raises(ValueError, match="starts/demo_remaining"):
+        start_states_curve(tmp_path / "reset" / "metrics.csv", tmp_path / "none.png")
     # The start policy is evaluated on the same test seeds and starts, whatever training does.
     for key in ("start_success_rate", "start_success_interval", "start_sampled_success_rate",
                 "seed_ranges"):
