@@ -26,6 +26,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from common.cli import run_app
 from common.files import atomic_write_text, to_json
 from harness.deploy import ExportedPolicy, deploy
 
@@ -108,15 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a missing or foreign model file, a task whose
     observations the model does not take)."""
-    saved = sys.argv
-    sys.argv = [saved[0], *(saved[1:] if argv is None else argv)]
-    try:
-        deploy_policy()
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    finally:
-        sys.argv = saved
-    return 0
+    return run_app(deploy_policy, argv)
 
 
 if __name__ == "__main__":

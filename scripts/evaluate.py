@@ -27,6 +27,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from common.cli import run_app
 from common.files import atomic_write_text, to_json
 from harness.checkpoints import evaluate_checkpoint
 from harness.policies import resolve_device
@@ -116,15 +117,7 @@ def evaluate(cfg: DictConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a missing or corrupt checkpoint)."""
-    saved = sys.argv
-    sys.argv = [saved[0], *(saved[1:] if argv is None else argv)]
-    try:
-        evaluate()
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    finally:
-        sys.argv = saved
-    return 0
+    return run_app(evaluate, argv)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 import tasks
+from common.cli import run_app
 from common.files import atomic_write, sha256_of
 from harness.algos.group import read_checkpoint
 from harness.config import GROUP_ALGOS, SB3_ALGOS
@@ -144,15 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a missing or corrupt checkpoint, a policy that cannot be
     exported, a failed parity check)."""
-    saved = sys.argv
-    sys.argv = [saved[0], *(saved[1:] if argv is None else argv)]
-    try:
-        export_policy()
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    finally:
-        sys.argv = saved
-    return 0
+    return run_app(export_policy, argv)
 
 
 if __name__ == "__main__":
