@@ -10,7 +10,11 @@ the figures to read are the ratios.
 
 usage: python scripts/bench_rollouts.py [--groups 8] [--group-size 8] [--repeats 3]
            [--obs pixels|state] [--policy auto|hf_vla --model small:paligemma --image-size 64]
+           [--device cpu|cuda] [--workers 1 2] [--backends processes ray]
            [--out bench_results/rollouts.json]
+
+``--device cuda`` puts the learner's policy, the one batched mode plays with, on the GPU; the
+per-worker copies stay on the workers' CPUs. The first of ``--workers`` is the reference count.
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ def main(argv: list[str] | None = None) -> dict:
                              "VLA (--model), on pixels")
     parser.add_argument("--model", default="small:paligemma", help="policy.model of hf_vla")
     parser.add_argument("--image-size", type=int, default=84)
+    parser.add_argument("--device", default="cpu", help="the learner policy's torch device")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="worker counts to measure; the first is the reference")
+    parser.add_argument("--backends", nargs="+", choices=("processes", "ray"),
+                        default=["processes", "ray"], help="per-worker backends to measure")
     parser.add_argument("--out", type=Path, default=Path("bench_results/rollouts.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -68,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     options = config.task.env_options()
     env = tasks.make("push", **options)
     policy = make_policy(config.policy.token_policy_config(), env.observation_space)
+    policy = policy.to(args.device)
     env.close()
     starts = tasks.make("push", **{**options, "obs_mode": "state"})
     jobs = []
@@ -90,10 +100,13 @@ def main(argv: list[str] | None = None) -> dict:
         return ProcessPool(workers, engine_args)
 
     results: dict = {"attempts": attempts, "obs": args.obs, "policy": policy_name,
-                     "model": args.model if policy_name == "hf_vla" else None}
+                     "model": args.model if policy_name == "hf_vla" else None,
+                     "device": args.device, "workers": args.workers}
     reference = None
-    for backend, mode in CONFIGURATIONS:
-        for workers in (1, 2):
+    configurations = [(backend, mode) for backend, mode in CONFIGURATIONS
+                      if mode == "batched" or backend in args.backends]
+    for backend, mode in configurations:
+        for workers in args.workers:
             with pool_for(backend, mode, workers) as pool:
                 pool.run(policy, jobs[: 2 * workers], 1.0, seed=0)  # warm: renderers, imports
                 times = []
@@ -115,14 +128,19 @@ def main(argv: list[str] | None = None) -> dict:
     def rate(key: str) -> float:
         return results[key]["attempts_per_s"]
 
-    results["ratios"] = {
-        "processes_2_over_1": rate("processes_per_worker_2") / rate("processes_per_worker_1"),
-        "ray_2_over_1": rate("ray_per_worker_2") / rate("ray_per_worker_1"),
-        "ray_2_over_processes_2": rate("ray_per_worker_2") / rate("processes_per_worker_2"),
-        "batched_2_over_1": rate("processes_batched_2") / rate("processes_batched_1"),
-        "batched_2_over_per_worker_2": (rate("processes_batched_2")
-                                        / rate("processes_per_worker_2")),
-    }
+    one, top = args.workers[0], args.workers[-1]
+    results["ratios"] = {}
+    for backend, mode in configurations:  # e.g. processes_2_over_1, batched_2_over_1
+        name = "batched" if mode == "batched" else backend
+        if top != one:
+            results["ratios"][f"{name}_{top}_over_{one}"] = (
+                rate(f"{backend}_{mode}_{top}") / rate(f"{backend}_{mode}_{one}"))
+    if "ray" in args.backends and "processes" in args.backends:
+        results["ratios"][f"ray_{top}_over_processes_{top}"] = (
+            rate(f"ray_per_worker_{top}") / rate(f"processes_per_worker_{top}"))
+    if "processes" in args.backends:
+        results["ratios"][f"batched_{top}_over_per_worker_{top}"] = (
+            rate(f"processes_batched_{top}") / rate(f"processes_per_worker_{top}"))
     for name, value in results["ratios"].items():
         print(f"  {name}: {value:.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)

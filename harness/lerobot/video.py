@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-import imageio_ffmpeg
 import numpy as np
 
 CODEC = "libx264"
@@ -57,6 +56,8 @@ def encode_video(path: str | os.PathLike, frames: Iterable[np.ndarray], fps: int
         raise ValueError(f"no frames to encode into {path}")
     height, width = first.shape[:2]
     check_pix_fmt(pix_fmt, height, width)
+    import imageio_ffmpeg  # here: importing harness.config needs no ffmpeg
+
     writer = imageio_ffmpeg.write_frames(
         str(path), (width, height), fps=fps, codec=CODEC, pix_fmt_out=pix_fmt, quality=None,
         macro_block_size=1, ffmpeg_log_level="error",
@@ -82,6 +83,8 @@ def decode_video(path: str | os.PathLike) -> np.ndarray:
     Raises:
         ValueError: ffmpeg cannot read the file.
     """
+    import imageio_ffmpeg
+
     try:
         reader = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
         width, height = next(reader)["size"]
