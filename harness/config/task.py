@@ -27,6 +27,8 @@ class TaskOptions:
         camera: Camera of pixel observations.
         image_size: Side of the square pixel observation.
         render_quality: ``fast`` or ``high`` for pixel observations.
+        physics: Physics preset: ``default`` or ``fast`` (5 ms x 8 physics steps per control step
+            instead of 2 ms x 20: faster, other numbers; docs/tasks.md).
         max_episode_steps: Episode length; ``None`` keeps the task's own.
         terminate_on_success: End episodes on success.
         difficulty: Difficulty of resets that get none (evaluation's default).
@@ -41,6 +43,7 @@ class TaskOptions:
     camera: str = "front"
     image_size: int = 84
     render_quality: str = "fast"
+    physics: str = "default"
     max_episode_steps: int | None = None
     terminate_on_success: bool = True
     difficulty: float = 1.0
