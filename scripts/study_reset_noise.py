@@ -20,19 +20,23 @@ critic baseline by default) and each position sigma (``--sigmas-mm``), one train
   is never perturbed).
 
 Writes ``<out>/<algo>_sigma<mm>/`` (the runs), ``<out>/study.json``, ``<out>/study.csv`` and
-``<out>/study_reset_noise.png``. Every run starts from ``+experiment=curriculum_ablation``
-(state ``reach``, MLP token policy cloned on 5 expert demos at difficulty 0) at
-``--difficulty``; ``--override`` adds Hydra overrides to every run.
+``<out>/study_reset_noise.png``. With ``--seeds 0 1 2`` each seed's runs and table go to
+``<out>/seed<N>/`` and the combined table and figure (the mean over seeds, each seed's value a
+dot) to ``<out>``; ``--combine A/study.json B/study.json ...`` only merges tables measured
+apart (one per seed, or per arm on several machines) into ``<out>``. Every run starts from
+``+experiment=curriculum_ablation`` (state ``reach``, MLP token policy cloned on 5 expert demos
+at difficulty 0) at ``--difficulty``; ``--override`` adds Hydra overrides to every run.
 
 Usage, from the repository root:
     python scripts/study_reset_noise.py --out outputs/study_reset_noise \\
-        --sigmas-mm 0 2 5 10 20 --algos grpo critic --total-timesteps 60000 --seed 0
+        --sigmas-mm 0 2 5 10 20 --algos grpo critic --total-timesteps 60000 --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,7 +47,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import tasks
-from common.files import read_metrics
+from common.files import atomic_write_text, read_metrics
 from common.plots import save_figure
 from harness import trainers
 from harness.algos.group import read_checkpoint
@@ -68,8 +72,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probe-starts", type=int, default=16)
     parser.add_argument("--probe-repeats", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="several seeds, each into <out>/seed<N>/, combined in <out>")
+    parser.add_argument("--combine", type=Path, nargs="+", default=None,
+                        help="only merge these study.json files into <out>")
     parser.add_argument("--override", nargs="*", default=[], help="more Hydra overrides")
     args = parser.parse_args(argv)
+    for path in args.combine or []:
+        if not path.is_file():
+            parser.error(f"--combine: {path} is not a file (expected a study.json)")
     if any(s < 0 for s in args.sigmas_mm):
         parser.error(f"--sigmas-mm must be >= 0, got {args.sigmas_mm}")
     if args.probe_starts < 1 or args.probe_repeats < 1:
@@ -145,7 +156,8 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def figure(rows: list[dict], out: Path) -> Path:
-    """Three panels against sigma, one line per estimator."""
+    """Three panels against sigma, one line per estimator: the mean over seeds, and each seed's
+    value as a dot when there are several."""
     fig = Figure(figsize=(13, 4), layout="constrained")
     FigureCanvasAgg(fig)
     panels = (("informative_fraction", "informative-group fraction"),
@@ -153,13 +165,62 @@ def figure(rows: list[dict], out: Path) -> Path:
               ("final_success_rate", "final success (exact resets)"))
     for ax, (key, title) in zip(fig.subplots(1, 3), panels, strict=True):
         for algo in dict.fromkeys(r["algo"] for r in rows):
-            mine = sorted((r for r in rows if r["algo"] == algo), key=lambda r: r["sigma_mm"])
-            ax.plot([r["sigma_mm"] for r in mine], [r[key] for r in mine], "o-", label=algo)
+            mine = [r for r in rows if r["algo"] == algo]
+            sigmas = sorted({r["sigma_mm"] for r in mine})
+            means = [np.nanmean([r[key] for r in mine if r["sigma_mm"] == s]) for s in sigmas]
+            seeds = len({r.get("seed", 0) for r in mine})
+            line = ax.plot(sigmas, means, "o-", label=algo if seeds == 1 else
+                           f"{algo} (mean of {seeds} seeds)")[0]
+            if seeds > 1:
+                ax.plot([r["sigma_mm"] for r in mine], [r[key] for r in mine], ".",
+                        color=line.get_color(), alpha=0.4)
         ax.set_xlabel("reset noise sigma (mm)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, out)
+
+
+def run_seed(args: argparse.Namespace, seed: int, out: Path) -> list[dict]:
+    """Train every arm of one seed into ``out`` (skipping finished ones) and measure them."""
+    args = argparse.Namespace(**{**vars(args), "seed": seed})
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for algo in args.algos:
+        for sigma in args.sigmas_mm:
+            cfg = run_config(args, algo, sigma)
+            run_dir = out / f"{algo}_sigma{sigma:g}"
+            if not (run_dir / "summary.json").exists():
+                trainers.train(cfg, run_dir)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            rows.append({"algo": algo, "sigma_mm": sigma, "seed": seed,
+                         "informative_fraction": informative_fraction(run_dir),
+                         "final_success_rate": summary["success_rate"],
+                         "env_steps": summary["env_steps"],
+                         **luck_correlation(cfg, run_dir, args)})
+            print(json.dumps(rows[-1]))
+    write_table(rows, args, out)
+    return rows
+
+
+def write_table(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
+    """``study.json`` (the arguments and the rows) and ``study.csv``, each written whole."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "study.json", json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / "study.csv", text.getvalue())
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a ``study.json``, each with its seed (older files name it in ``args``)."""
+    study = json.loads(path.read_text())
+    seed = int(study["args"].get("seed", 0))
+    return [{**row, "seed": row.get("seed", seed)} for row in study["rows"]]
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
@@ -169,28 +230,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
         Path of the figure.
     """
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for algo in args.algos:
-        for sigma in args.sigmas_mm:
-            cfg = run_config(args, algo, sigma)
-            run_dir = args.out / f"{algo}_sigma{sigma:g}"
-            if not (run_dir / "summary.json").exists():
-                trainers.train(cfg, run_dir)
-            summary = json.loads((run_dir / "summary.json").read_text())
-            rows.append({"algo": algo, "sigma_mm": sigma,
-                         "informative_fraction": informative_fraction(run_dir),
-                         "final_success_rate": summary["success_rate"],
-                         "env_steps": summary["env_steps"],
-                         **luck_correlation(cfg, run_dir, args)})
-            print(json.dumps(rows[-1]))
-    (args.out / "study.json").write_text(json.dumps({"args": {k: str(v) for k, v in
-                                                              vars(args).items()},
-                                                     "rows": rows}, indent=1))
-    with open(args.out / "study.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    if args.combine:
+        rows = [row for path in args.combine for row in read_rows(path)]
+    elif args.seeds:
+        rows = [row for seed in args.seeds
+                for row in run_seed(args, seed, args.out / f"seed{seed}")]
+    else:
+        rows = run_seed(args, args.seed, args.out)
+    if args.combine or args.seeds:
+        write_table(rows, args, args.out)
     return figure(rows, args.out / "study_reset_noise.png")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 
 import numpy as np
 import pytest
@@ -365,5 +366,18 @@ def test_study_script_on_a_tiny_budget_writes_its_table_and_figure(tmp_path):
                          "algo.num_start_states=2", "algo.minibatch_size=4"])
     assert figure.exists() and figure.stat().st_size > 0
     rows = (tmp_path / "study.csv").read_text().splitlines()
-    assert len(rows) == 3 and rows[0].startswith("algo,sigma_mm,informative_fraction")
+    assert len(rows) == 3 and rows[0].startswith("algo,sigma_mm,seed,informative_fraction")
     assert (tmp_path / "grpo_sigma5" / "summary.json").exists()
+
+    # tables measured apart (here: the same one as seed 0 and as seed 3) merge into one figure
+    other = json.loads((tmp_path / "study.json").read_text())
+    other["rows"] = [{**row, "seed": 3, "final_success_rate": 1.0} for row in other["rows"]]
+    (tmp_path / "seed3").mkdir()
+    (tmp_path / "seed3" / "study.json").write_text(json.dumps(other))
+    merged = tmp_path / "merged"
+    assert study.main(["--out", str(merged), "--combine", str(tmp_path / "study.json"),
+                       str(tmp_path / "seed3" / "study.json")]).exists()
+    table = json.loads((merged / "study.json").read_text())["rows"]
+    assert sorted((r["seed"], r["sigma_mm"]) for r in table) == [(0, 0), (0, 5), (3, 0), (3, 5)]
+    with pytest.raises(SystemExit):
+        study.main(["--combine", str(tmp_path / "missing.json")])
