@@ -108,6 +108,50 @@ def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
     return save_figure(figure, out)
 
 
+def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: float,
+                         reference_csv: str | Path | None = None) -> Path:
+    """Plot a run scored by a learned verifier against the scripted truth, per iteration: the
+    attempts' true and detected success (and the true success of a ``reference`` run scored by
+    the scripted verifier), top; the detector's false-positive and false-negative rates on the
+    policy's own attempts with the false-positive target, bottom.
+
+    Raises:
+        ValueError: The run logged no ``detector/false_positive_rate`` (no learned verifier).
+    """
+    series = read_metrics(metrics_csv)
+    if "detector/false_positive_rate" not in series:
+        raise ValueError(f"{metrics_csv} has no detector/false_positive_rate: was the run trained "
+                         "with reward=verifier detector=cnn?")
+
+    def curve(source: Mapping, key: str) -> tuple[np.ndarray, np.ndarray]:
+        pairs = source.get(key, [])
+        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, dpi=110)
+    for key, label, style in (("rollout/success_rate", "true success (scripted check)", "-"),
+                              ("rollout/verifier_success_rate", "success the detector saw",
+                               "--")):
+        top.plot(*curve(series, key), style, color="tab:blue", label=label)
+    if reference_csv is not None:
+        top.plot(*curve(read_metrics(reference_csv), "rollout/success_rate"), color="tab:gray",
+                 label="true success, run with the scripted verifier")
+    top.set_ylabel("training attempts'\nsuccess")
+    top.set_ylim(0, 1.05)
+    top.legend(fontsize=8, loc="best")
+    bottom.plot(*curve(series, "detector/false_positive_rate"), color="tab:red",
+                label="false-positive rate (of true failures)")
+    bottom.plot(*curve(series, "detector/false_negative_rate"), color="tab:orange",
+                label="false-negative rate (of true successes)")
+    bottom.axhline(fp_target, color="tab:red", linestyle=":", label=f"target {fp_target:g}")
+    bottom.set_xlabel("environment steps")
+    bottom.xaxis.set_major_formatter(EngFormatter())
+    bottom.set_ylabel("detector error rate")
+    bottom.set_ylim(0, 1.05)
+    bottom.legend(fontsize=8, loc="best")
+    figure.tight_layout()
+    return save_figure(figure, out)
+
+
 # ------------------------------------------------------------------- several runs (reports)
 def _arm_colours(arms: Sequence[str]) -> dict[str, str]:
     """One colour per arm, the same in every figure of a report."""
