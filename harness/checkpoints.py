@@ -11,7 +11,7 @@ policy sets ``HAS_REFERENCE_POLICY = True`` and accepts ``reference=True`` to lo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,54 @@ def load_policy(
     return module.load_policy(checkpoint, metadata, device, sampled=sampled)
 
 
-def task_env_factory(metadata: dict[str, Any], render: bool = False) -> EnvFactory:
-    """Factory of the task environment a checkpoint was trained on (raw observations)."""
-    options = metadata["task_options"]
+# Blocks of the task options that a domain may replace: what the world does, not what the
+# policy sees (the observation mode, camera and image size stay the checkpoint's).
+DOMAIN_BLOCKS = ("randomization", "imperfections")
+
+
+def domain_options(task: str, options: Mapping[str, Any],
+                   domain: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Task options ``options`` with the blocks ``domain`` names in place of theirs.
+
+    Args:
+        task: The task's name, for the validation and its messages.
+        options: Options of ``tasks.make`` (a checkpoint's ``task_options``).
+        domain: ``{"randomization": {...}, "imperfections": {...}}``, fields of
+            ``tasks.RandomizationConfig`` and ``tasks.ImperfectionConfig``. A block it names
+            replaces the trained one whole (``{}``: off, the nominal world); a block it omits
+            stays as trained. ``None``: ``options`` unchanged.
+
+    Returns:
+        The options, validated by ``tasks.TaskConfig``.
+
+    Raises:
+        ValueError: A key other than :data:`DOMAIN_BLOCKS`, an unknown field or a bad value
+            (an unknown randomisation option, a range with low > high), naming it.
+    """
+    options = dict(options)
+    if domain is None:
+        return options
+    unknown = sorted(set(domain) - set(DOMAIN_BLOCKS))
+    if unknown:
+        raise ValueError(f"domain: unknown block(s) {unknown}; a domain replaces "
+                         f"{list(DOMAIN_BLOCKS)}")
+    for block, fields in domain.items():
+        if not isinstance(fields, Mapping):
+            raise ValueError(f"domain: {block}={fields!r}; expected a mapping of its fields "
+                             "({} for off)")
+        options[block] = dict(fields)
+    try:
+        tasks.TaskConfig.from_options(task, options)
+    except ValueError as error:
+        raise ValueError(f"domain: {error}") from None
+    return options
+
+
+def task_env_factory(metadata: dict[str, Any], render: bool = False,
+                     domain: Mapping[str, Any] | None = None) -> EnvFactory:
+    """Factory of the task environment a checkpoint was trained on (raw observations), in
+    ``domain`` when given (:func:`domain_options`)."""
+    options = domain_options(metadata["task"], metadata["task_options"], domain)
 
     def factory() -> gym.Env:
         return tasks.make(metadata["task"], render_mode="rgb_array" if render else None, **options)
@@ -76,8 +121,10 @@ def evaluate_checkpoint(
     device: str = "cpu",
     sampled: bool = False,
     reference: bool = False,
+    domain: Mapping[str, Any] | None = None,
 ) -> tuple[EvaluationResult, dict[str, Any]]:
-    """Evaluate a saved checkpoint on the task it was trained on.
+    """Evaluate a saved checkpoint on the task it was trained on, in its training domain or in
+    ``domain``.
 
     Args:
         checkpoint: Anything :func:`harness.runs.resolve_checkpoint` accepts.
@@ -89,15 +136,21 @@ def evaluate_checkpoint(
         sampled: Sample actions instead of taking the greedy one (see :func:`load_policy`);
             the sampling is seeded by ``seed``, so a rerun gives the same result.
         reference: Group-trainer checkpoints: evaluate the stored start policy.
+        domain: Replaces the training run's ``randomization`` and/or ``imperfections`` blocks
+            (:func:`domain_options`); the seeds stay the same, but a randomised reset draws its
+            parameters before the start state, so the start states differ from the nominal
+            domain's.
 
     Returns:
         ``(result, metadata)``.
 
     Raises:
         harness.runs.CheckpointError: Missing or corrupt checkpoint.
-        ValueError: ``reference`` for a checkpoint without a reference policy.
+        ValueError: ``reference`` for a checkpoint without a reference policy, or a bad
+            ``domain`` (checked before the policy is loaded).
     """
     path, metadata = resolve_checkpoint(checkpoint)
+    env_factory = task_env_factory(metadata, render=video_episodes > 0, domain=domain)
     policy_fn = load_policy(path, metadata, device, sampled=sampled, reference=reference)
     evaluation = metadata.get("evaluation", {})
     if difficulties is None:
@@ -108,6 +161,6 @@ def evaluate_checkpoint(
         seed = int(evaluation.get("seed", 1_000_000))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        result = evaluate(policy_fn, task_env_factory(metadata, render=video_episodes > 0),
-                          episodes, list(difficulties), seed, video_episodes)
+        result = evaluate(policy_fn, env_factory, episodes, list(difficulties), seed,
+                          video_episodes)
     return result, metadata

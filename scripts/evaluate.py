@@ -12,15 +12,19 @@ Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty),
 held-out evaluation seed), ``video=<file.mp4>`` (records ``video_episodes`` episodes),
 ``output=<file.json>``, ``device``, ``sampled=true`` (sample actions instead of the greedy ones;
 group fine-tuning optimises the sampled policy), ``reference=true`` (group-trainer checkpoints:
-the frozen start policy, e.g. the BC policy, stored in the same file).
+the frozen start policy, e.g. the BC policy, stored in the same file), ``domain`` (``trained``:
+the run's ``task.randomization`` and ``task.imperfections``; ``nominal``: both off), and
+``randomization`` / ``imperfections``: a non-empty block replaces that block of ``domain``
+whole, so ``domain=nominal +randomization.enabled=true +randomization.friction=[0.3,2.0]
++imperfections.action_latency=2`` is a held-out randomised domain (docs/sim_to_real.md).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -29,12 +33,14 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from common.cli import run_app
 from common.files import atomic_write_text, to_json
-from harness.checkpoints import evaluate_checkpoint
+from harness.checkpoints import DOMAIN_BLOCKS, evaluate_checkpoint
 from harness.policies import resolve_device
 from harness.runs import CheckpointError, write_video
 
 # Absolute, so that the app also finds its configs when this file is imported under another name.
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+# Where the base blocks come from: the training run's task options, or none (the nominal world).
+DOMAINS = ("trained", "nominal")
 
 
 @dataclass
@@ -51,6 +57,9 @@ class EvaluateConfig:
     device: str = "cpu"
     sampled: bool = False
     reference: bool = False
+    domain: str = "trained"
+    randomization: dict[str, Any] = field(default_factory=dict)
+    imperfections: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -65,6 +74,15 @@ class EvaluateConfig:
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed={self.seed}; must be >= 0 or null")
         resolve_device(self.device)
+        if self.domain not in DOMAINS:
+            raise ValueError(f"domain={self.domain!r}; expected one of {list(DOMAINS)}")
+
+    def blocks(self) -> dict[str, dict[str, Any]] | None:
+        """The blocks that replace the training run's (``None``: it is evaluated as trained)."""
+        blocks = {name: {} for name in DOMAIN_BLOCKS} if self.domain == "nominal" else {}
+        blocks.update({name: dict(getattr(self, name)) for name in DOMAIN_BLOCKS
+                       if getattr(self, name)})
+        return blocks or None
 
 
 ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
@@ -90,7 +108,7 @@ def evaluate(cfg: DictConfig) -> None:
         result, metadata = evaluate_checkpoint(
             args.checkpoint, args.episodes, args.difficulties, args.seed,
             args.video_episodes if args.video else 0, args.device,
-            sampled=args.sampled, reference=args.reference,
+            sampled=args.sampled, reference=args.reference, domain=args.blocks(),
         )
     except (CheckpointError, ValueError) as error:
         fail(str(error))
@@ -109,7 +127,7 @@ def evaluate(cfg: DictConfig) -> None:
         report = {"checkpoint": args.checkpoint, "algo": metadata["algo"],
                   "task": metadata["task"], "num_timesteps": metadata.get("num_timesteps"),
                   "sampled": args.sampled, "reference": args.reference,
-                  **result.summary()}
+                  "domain": args.blocks(), **result.summary()}
         atomic_write_text(Path(args.output), to_json(report))
         print(f"results: {args.output}")
 

@@ -1,0 +1,150 @@
+"""Sim-to-sim transfer: evaluation in a replaced domain (``harness.checkpoints.domain_options``,
+``scripts/evaluate.py domain=...``), the ratio interval against hand-worked numbers, and the
+study script end to end on a tiny budget (real MuJoCo, real training, real evaluation)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import pytest
+
+from harness.checkpoints import domain_options, task_env_factory
+from harness.config import ConfigError
+from harness.runs import resolve_checkpoint
+
+study = importlib.import_module("scripts.transfer_study")
+evaluate_app = importlib.import_module("scripts.evaluate")
+
+TINY = ["--total-timesteps", "128", "--episodes", "3", "--override", "task=reach",
+        "task.max_episode_steps=15", "algo.n_steps=64", "algo.batch_size=32", "adr.buffer=1",
+        "adr.boundary_prob=1.0"]
+
+
+# --- the ratio and its interval (no MuJoCo) -------------------------------------------------
+def test_ratio_interval_matches_hand_worked_mover_r():
+    # 50/100 over 80/100: Wilson (0.4038, 0.5962) and (0.7112, 0.8666);
+    # L = (0.4 - sqrt(0.16 - 0.4038*0.8666*0.5962*0.7334)) / (0.8666*0.7334) = 0.498,
+    # U = (0.4 + sqrt(0.16 - 0.5962*0.7112*0.4038*0.8888)) / (0.7112*0.8888) = 0.773.
+    ratio, low, high = study.ratio_interval(50, 100, 80, 100)
+    assert ratio == pytest.approx(0.625)
+    assert (low, high) == pytest.approx((0.498, 0.773), abs=1e-3)
+    # 100/100 twice: the Wilson bounds (0.963, 1) give [0.963, 1/0.963 * ...] = [0.963, 1.038].
+    assert study.ratio_interval(100, 100, 100, 100) == pytest.approx((1.0, 0.963, 1.038),
+                                                                     abs=1e-3)
+    ratio, low, _ = study.ratio_interval(0, 100, 50, 100)
+    assert (ratio, low) == (0.0, 0.0)
+    assert all(math.isnan(v) for v in study.ratio_interval(5, 10, 0, 10))
+    assert study.ratio_entries(5, 10, 0, 10) == {"ratio": None, "ratio_interval": None}
+
+
+def test_key_values_nest_dotted_keys_and_parse_yaml_values():
+    assert study.key_values(["randomization.friction=[0.3,2.0]", "imperfections.action_latency=2"],
+                            "--held-out") == {"randomization": {"friction": [0.3, 2.0]},
+                                              "imperfections": {"action_latency": 2}}
+    with pytest.raises(ValueError, match=r"--held-out: 'friction' is not key=value"):
+        study.key_values(["friction"], "--held-out")
+
+
+# --- the domain of an evaluation ------------------------------------------------------------
+def test_domain_options_replace_named_blocks_and_name_bad_values():
+    trained = {"obs_mode": "state", "imperfections": {"action_noise": 0.1}, "randomization": {}}
+    assert domain_options("reach", trained) == trained
+    nominal = domain_options("reach", trained, {"randomization": {}, "imperfections": {}})
+    assert nominal == {"obs_mode": "state", "imperfections": {}, "randomization": {}}
+    latency = domain_options("reach", trained, {"imperfections": {"action_latency": 2}})
+    assert latency["imperfections"] == {"action_latency": 2}  # replaced whole, not merged
+    with pytest.raises(ValueError, match=r"unknown randomization option\(s\) \['frction'\]"):
+        domain_options("reach", trained, {"randomization": {"frction": [0.5, 2.0]}})
+    with pytest.raises(ValueError, match=r"randomization.friction=\(2.0, 0.5\); expected 0 < low"):
+        domain_options("reach", trained, {"randomization": {"friction": [2.0, 0.5]}})
+    with pytest.raises(ValueError, match=r"unknown block\(s\) \['physics'\]"):
+        domain_options("reach", trained, {"physics": {}})
+
+
+# --- the study, end to end ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("transfer") / "study"
+    return out, study.main(["--out", str(out), *TINY])
+
+
+def test_study_trains_both_arms_and_writes_its_json_and_figure(tiny_study):
+    out, result = tiny_study
+    written = json.loads((out / "transfer_study.json").read_text())
+    assert written == json.loads(json.dumps(result))
+    assert set(written) == {"settings", "arms", "rows"}
+    assert set(written["arms"]) == set(study.ARMS)
+    for arm in written["arms"].values():
+        assert {"nominal_success", "nominal_interval", "held_out_success", "held_out_interval",
+                "ratio", "ratio_interval", "target_met", "episodes_per_domain"} <= set(arm)
+        assert arm["episodes_per_domain"] == 3
+    assert [(r["arm"], r["seed"]) for r in written["rows"]] == [(a, 0) for a in study.ARMS]
+    settings = written["settings"]
+    assert (settings["task"], settings["algo"], settings["total_timesteps"]) == \
+        ("reach", "ppo", 128)
+    assert settings["held_out"] == study.HELD_OUT
+    assert settings["adr_bounds"] == {"friction": [0.7, 1.4], "damping": [0.7, 1.4]}  # reach's
+    plain, robust = written["rows"]
+    assert plain["env_steps"] == robust["env_steps"] >= 128  # the same budget
+    # ADR ran on the robust arm only (every episode pinned a boundary, read after one outcome).
+    assert plain["adr_final_ranges"] == {}
+    assert set(robust["adr_final_ranges"]) == {"friction", "damping"}
+    assert (out / "transfer_study.png").stat().st_size > 10_000
+    # A finished study is read back, not trained again.
+    trained_at = (out / "plain_seed0" / "summary.json").stat().st_mtime_ns
+    study.main(["--out", str(out), *TINY])
+    assert (out / "plain_seed0" / "summary.json").stat().st_mtime_ns == trained_at
+
+
+def test_the_robust_arm_trains_with_imperfections_and_is_evaluated_without(tiny_study):
+    out, _ = tiny_study
+    _, metadata = resolve_checkpoint(out / "adr_imperfections_seed0" / "checkpoints" /
+                                     "latest.json")
+    assert metadata["task_options"]["imperfections"] == study.TRAIN_IMPERFECTIONS
+    nominal = task_env_factory(metadata, domain=study.NOMINAL)()
+    assert nominal is nominal.unwrapped  # no wrapper at all
+    held_out = task_env_factory(metadata, domain=study.HELD_OUT)()
+    config = held_out.unwrapped.config
+    assert config.randomization.enabled
+    assert config.randomization.friction == tuple(study.HELD_OUT["randomization"]["friction"])
+    assert config.imperfections.action_latency == \
+        study.HELD_OUT["imperfections"]["action_latency"]
+    nominal.close()
+    held_out.close()
+
+
+def test_evaluate_script_plays_the_domain_it_is_given(tiny_study, tmp_path, capsys):
+    out, _ = tiny_study
+    run = out / "plain_seed0"
+    report = tmp_path / "eval.json"
+    assert evaluate_app.main([f"checkpoint={run}", "episodes=2", "domain=nominal",
+                              "+imperfections.action_latency=2", f"output={report}",
+                              f"hydra.run.dir={tmp_path / 'eval'}"]) == 0
+    assert json.loads(report.read_text())["domain"] == {
+        "randomization": {}, "imperfections": {"action_latency": 2}}
+    assert evaluate_app.main([f"checkpoint={run}", "episodes=2",
+                              "+randomization.friction=[2.0,0.5]",
+                              f"hydra.run.dir={tmp_path / 'bad'}"]) == 1
+    assert "randomization.friction=(2.0, 0.5); expected 0 < low <= high" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "error", "message"), [
+    (["--held-out", "randomization.frction=[0.3,2.0]"], ValueError,
+     r"unknown randomization option\(s\) \['frction'\]"),
+    (["--held-out", "randomization.friction=[2.0,0.3]"], ValueError,
+     r"randomization.friction=\(2.0, 0.3\); expected 0 < low <= high"),
+    (["--adr-bounds", "friction=[1.4,0.7]"], ConfigError,
+     r"adr.params.friction.bounds: randomization.friction=\(1.4, 0.7\)"),
+    (["--adr-bounds", "mass=[0.7,1.4]"], ConfigError,
+     r"adr.params.mass: not a randomisation range of task 'reach'"),
+    (["--train-imperfections", "action_latency=-1"], ConfigError,
+     r"imperfections.action_latency=-1"),
+])
+def test_bad_input_is_refused_naming_the_value_before_anything_trains(tmp_path, extra, error,
+                                                                      message):
+    with pytest.raises(error, match=message):
+        study.main(["--out", str(tmp_path / "study"), *TINY, *extra])
+    assert not (tmp_path / "study").exists()
