@@ -21,7 +21,8 @@ TINY = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=5", "algo=g
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A run with the scripted verifier, and two scored by an untrained CNN on the front camera
-    (16 px): threshold 0 calls every attempt a success, threshold 1 calls none one (an untrained net is never certain)."""
+    (16 px): threshold 0 calls every attempt a success, threshold 1 calls none one (an untrained
+    net is never certain)."""
     from success_detectors.cnn import CNNDetector, SuccessCNN
 
     root = tmp_path_factory.mktemp("audit")
