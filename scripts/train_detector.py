@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> None:
         table.add_column(column, justify="right")
     table.add_row(str(m["frames"]), *(f"{m[k]:.4f}" for k in (
         "accuracy", "precision", "recall", "f1", "roc_auc", "ece", "threshold")))
-    console = Console()
+    console = Console(width=120)  # a log file is not a terminal: never truncate a figure
     console.print(table)
     (tn, fp), (fn, tp) = m["confusion_matrix"]
     console.print(f"confusion: tn={tn} fp={fp} fn={fn} tp={tp}; "

@@ -11,7 +11,7 @@ writes them to HDF5.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -44,6 +44,9 @@ class CollectConfig:
         splits: Shares of episodes for train, val and test.
         seed: Seed of everything random in the collection.
         workers: Processes rolling out episodes (1: in this process).
+        randomization: The ``randomization`` block of the collection's environments
+            (:class:`tasks.RandomizationConfig` fields; empty: none), e.g. a visual domain held
+            out of training (``conf/visual_domain/held_out.yaml``).
     """
 
     task: str = "push"
@@ -62,6 +65,7 @@ class CollectConfig:
     splits: tuple[float, float, float] = (0.7, 0.15, 0.15)
     seed: int = 0
     workers: int = 1
+    randomization: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
@@ -97,6 +101,8 @@ class CollectConfig:
         if int(self.workers) < 1:
             raise ValueError(f"workers={self.workers}; expected >= 1")
         split_episodes(range(3), self.splits)  # validates the shares
+        object.__setattr__(self, "randomization", dict(self.randomization))
+        tasks.TaskConfig.from_options(self.task, {"randomization": self.randomization})
 
 
 def success_margin(env) -> float:
@@ -111,24 +117,47 @@ def success_margin(env) -> float:
 
 
 def collect_episode(env, episode: int, config: CollectConfig) -> FrameSet:
-    """Roll out one episode and return its kept, labelled frames (before balancing).
+    """Roll out one episode of a policy drawn from ``config.policies`` and return its kept,
+    labelled frames (before balancing).
 
     Args:
         env: A task environment made with ``terminate_on_success=False``.
         episode: Episode id; it seeds the episode, so results do not depend on ``workers``.
         config: The collection settings.
     """
-    from success_detectors.scripted import ScriptedDetector
-
     rng = np.random.default_rng([config.seed, episode])
     weights = np.array([config.policies.get(kind, 0.0) for kind in POLICIES])
     kind = POLICIES[int(rng.choice(len(POLICIES), p=weights / weights.sum()))]
     difficulty = float(rng.uniform(*config.difficulty))
     env.reset(seed=int(rng.integers(2**31)), options={"difficulty": difficulty})
     policy = EpisodePolicy(kind, env, rng, config.noise, config.hard_margin)
+    return record_episode(env, lambda _obs, margin, step: policy(margin, step), config,
+                          episode=episode, difficulty=difficulty,
+                          policy_index=POLICIES.index(policy.kind))
+
+
+def record_episode(env, act: Callable[[Any, float, int], np.ndarray], config: CollectConfig,
+                   *, episode: int, difficulty: float, policy_index: int,
+                   obs: Any = None) -> FrameSet:
+    """Step an already reset ``env`` with ``act`` to the episode's end, keeping labelled frames.
+
+    A frame is kept every ``config.frame_stride`` steps and, within ``config.hard_margin`` of
+    the success boundary, whenever the margin moved by :data:`NEAR_STEP`; its label is the
+    scripted detector's verdict on the same state.
+
+    Args:
+        env: A task environment made with ``terminate_on_success=False``, already reset.
+        act: ``(observation, margin, step) -> action``.
+        config: Camera, image size, ``frame_stride`` and ``hard_margin`` are read.
+        episode: Episode id written with each frame.
+        difficulty: The episode's difficulty, written with each frame.
+        policy_index: Index into :data:`POLICIES` (-1 for a policy that is none of them).
+        obs: The observation ``reset`` returned, passed to ``act`` at step 0.
+    """
+    from success_detectors.scripted import ScriptedDetector
+
     label_of = ScriptedDetector()
     base = env.unwrapped
-
     rows: dict[str, list] = {"pixels": [], "label": [], "step": [], "margin": []}
     step, done, last_margin = 0, False, np.inf
     while True:
@@ -144,7 +173,7 @@ def collect_episode(env, episode: int, config: CollectConfig) -> FrameSet:
             rows["margin"].append(margin)
         if done:
             break
-        _, _, terminated, truncated, info = env.step(policy(margin, step))
+        obs, _, terminated, truncated, info = env.step(act(obs, margin, step))
         step += 1
         done = terminated or truncated or bool(info.get("physics_error"))
         if info.get("physics_error"):
@@ -157,7 +186,7 @@ def collect_episode(env, episode: int, config: CollectConfig) -> FrameSet:
         step=np.array(rows["step"], dtype=np.int32),
         difficulty=np.full(n, difficulty, dtype=np.float32),
         margin=np.array(rows["margin"], dtype=np.float32),
-        policy=np.full(n, POLICIES.index(policy.kind), dtype=np.int8),
+        policy=np.full(n, policy_index, dtype=np.int8),
     )
 
 
@@ -171,7 +200,8 @@ def _collect_chunk(config: CollectConfig, episodes: list[int]) -> FrameSet:
     # The env's own camera only matters for its observations (state here); frames come from
     # render_camera(config.camera), which also takes several views joined by "+".
     env = tasks.make(config.task, obs_mode="state", camera=camera_views(config.camera)[0],
-                     image_size=config.image_size, terminate_on_success=False)
+                     image_size=config.image_size, terminate_on_success=False,
+                     randomization=config.randomization)
     try:
         parts = [collect_episode(env, episode, config) for episode in episodes]
     finally:
@@ -207,13 +237,18 @@ def collect_frames(config: CollectConfig, progress: bool = True) -> FrameSet:
 def build_dataset(config: CollectConfig, progress: bool = True) -> dict[str, FrameSet]:
     """Collect, split by episode and class-balance each split.
 
+    A split whose share is 0 stays empty: ``splits=[0, 0, 1]`` makes a test-only file, such as
+    a visual domain held out of training.
+
     Raises:
-        ValueError: A split holds frames of one class only (too few episodes).
+        ValueError: A split with a share holds frames of one class only (too few episodes).
     """
     frames = collect_frames(config, progress)
     splits = split_frames(frames, config.splits, config.seed)
-    for name, part in splits.items():
+    for (name, part), share in zip(splits.items(), config.splits, strict=True):
         counts = part.class_counts()
+        if share == 0 and len(part) == 0:
+            continue
         if min(counts.values()) == 0:
             raise ValueError(
                 f"the {name} split ({len(np.unique(part.episode))} episodes) has {counts}; "

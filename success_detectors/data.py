@@ -7,7 +7,8 @@ policies of :mod:`success_detectors.episode_policies`), split by episode and cla
 
 **HDF5 layout** (one file per task and camera)::
 
-    /            attrs: format, version, task, camera, image_size, policies, config (JSON)
+    /            attrs: format, version, task, camera, image_size, policies, config (JSON),
+                 mining (JSON list, one record per round of hard-negative mining; absent if none)
     /<split>/    train, val, test; datasets with one row per frame:
         pixels      uint8 (N, H, W, 3) RGB
         label       bool  (N,)   scripted success
@@ -69,9 +70,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 def write_dataset(
     path: str | os.PathLike, splits: Mapping[str, FrameSet], *, task: str, camera: str,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None, mining: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write the splits to an HDF5 file atomically (layout in the module docstring)."""
+    """Write the splits to an HDF5 file atomically (layout in the module docstring).
+
+    ``mining`` lists the rounds of hard-negative mining whose frames the train split holds
+    (:mod:`success_detectors.mining`).
+    """
     import h5py
 
     from success_detectors.cnn import write_atomically
@@ -88,6 +93,8 @@ def write_dataset(
                 "image_size": int(image_shape[0]), "policies": json.dumps(list(POLICIES)),
                 "config": json.dumps(dict(config or {})),
             })
+            if mining:
+                file.attrs["mining"] = json.dumps(list(mining))
             for name in SPLITS:
                 part, group = splits[name], file.create_group(name)
                 if len(part):
@@ -123,6 +130,7 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
     try:
         attrs["config"] = json.loads(attrs.get("config", "{}"))
         attrs["policies"] = json.loads(attrs.get("policies", "[]"))
+        attrs["mining"] = json.loads(attrs.get("mining", "[]"))
         attrs["image_size"] = int(attrs["image_size"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"{path}: a malformed root attribute ({error})") from None

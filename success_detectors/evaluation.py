@@ -73,3 +73,45 @@ def worst_errors_figure(
     figure.suptitle(f"Worst test errors at threshold {threshold:.3f}", fontsize=9)
     figure.tight_layout()
     return save_figure(figure, path, dpi=120)
+
+
+DROP_KEYS = ("accuracy", "precision", "recall", "roc_auc")
+
+
+def evaluate_on_file(detector, path: str | os.PathLike, split: str = "test",
+                     hard_margin: float | None = 0.03) -> dict[str, Any]:
+    """Metrics of a loaded CNN detector on one split of a detector data file, at its threshold.
+
+    Args:
+        detector: A :class:`~success_detectors.cnn.CNNDetector`.
+        path: A file from ``scripts/collect_detector_data.py``, e.g. a test-only file of a
+            visual domain held out of training.
+        split: ``train``, ``val`` or ``test``.
+        hard_margin: As in :func:`evaluate`.
+
+    Returns:
+        :func:`evaluate`'s metrics plus ``data``, ``split`` and the file's ``randomization``.
+
+    Raises:
+        ValueError: The file's task, camera or image size differ from the detector's, or the
+            split is empty.
+    """
+    from success_detectors.data import read_attrs, read_split
+
+    attrs = read_attrs(path)
+    for key in ("task", "camera", "image_size"):
+        if attrs[key] != getattr(detector, key):
+            raise ValueError(f"{path} holds frames with {key}={attrs[key]!r}; the detector "
+                             f"reads {key}={getattr(detector, key)!r}")
+    frames = read_split(path, split)
+    if len(frames) == 0:
+        raise ValueError(f"{path} has no frames in its {split!r} split")
+    metrics, _ = evaluate(detector.model, frames, detector.threshold, hard_margin)
+    return {**metrics, "data": str(path), "split": split,
+            "randomization": attrs["config"].get("randomization", {})}
+
+
+def metric_drops(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
+    """``reference[key] - other[key]`` for :data:`DROP_KEYS`: how much worse ``other`` reads
+    (negative: better)."""
+    return {key: float(reference[key] - other[key]) for key in DROP_KEYS}

@@ -1,0 +1,55 @@
+"""Evaluate a trained CNN detector on data files, e.g. a visual domain held out of training.
+
+usage: python scripts/evaluate_detector.py checkpoint=outputs/detectors/push_front+wrist.pt \
+           "data=[data/detectors/push_front+wrist_84.h5,data/detectors/push_front+wrist_84_held_out.h5]"
+
+Reads each file's ``split`` (``test`` by default) at the checkpoint's threshold and prints
+accuracy, precision, recall, ROC-AUC and false-positive rate, and each file's drop from the first
+(the reference: the held-out episodes of the training collection). Writes every file's metrics to
+``out`` (default ``<checkpoint stem>_evaluation.json`` beside the checkpoint). A held-out visual
+domain is collected with ``scripts/collect_detector_data.py ... visual_domain=held_out``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from common.files import write_json
+from success_detectors import load_detector
+from success_detectors.evaluation import DROP_KEYS, evaluate_on_file, metric_drops
+
+
+@hydra.main(config_path="../conf", config_name="evaluate_detector", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    if not cfg.data:
+        raise ValueError("data=[...] is empty; give at least one detector data file")
+    detector = load_detector(cfg.checkpoint, threshold=cfg.threshold)
+    results = [evaluate_on_file(detector, path, cfg.split, cfg.hard_margin) for path in cfg.data]
+    for result in results[1:]:
+        result["drop"] = metric_drops(results[0], result)
+
+    table = Table(title=f"{detector.task} detector ({detector.camera}), {cfg.split} split, "
+                        f"threshold {detector.threshold:.3f}")
+    for column in ("data", "frames", "accuracy", "precision", "recall", "roc_auc", "fpr",
+                   "accuracy drop", "precision drop"):
+        table.add_column(column, justify="right")
+    for result in results:
+        drop = result.get("drop", {})
+        table.add_row(Path(result["data"]).name, str(result["frames"]),
+                      *(f"{result[k]:.4f}" for k in (*DROP_KEYS, "false_positive_rate")),
+                      *(f"{drop[k]:+.4f}" if drop else "" for k in ("accuracy", "precision")))
+    Console(width=200).print(table)  # file names are long; never truncate a figure
+    checkpoint = Path(cfg.checkpoint)
+    out = Path(cfg.out) if cfg.out else checkpoint.with_name(f"{checkpoint.stem}_evaluation.json")
+    write_json(out, {"checkpoint": str(checkpoint), "threshold": detector.threshold,
+                     "results": results})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Mine hard negatives for a CNN success detector from fresh rollouts (HIL-SERL style).
+
+usage: python scripts/mine_hard_negatives.py checkpoint=outputs/detectors/push_front+wrist.pt \
+           "data=data/detectors/push_front+wrist_84.h5" [episodes=200] [workers=2] \
+           [policy_run=outputs/<run>]
+
+Rolls out ``episodes`` fresh episodes (episode policies at the weights of
+``conf/mine_hard_negatives.yaml``, or a trained policy's run), renders the detector's camera at
+every step, and keeps the frames the detector calls success while the scripted predicate says
+failure, labelled failure. Writes ``data`` with those frames appended to its train split (val and
+test unchanged) to ``out``; retrain on it with ``scripts/train_detector.py``. See
+``success_detectors.mining`` for the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import time
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from harness.checkpoints import load_policy
+from harness.runs import resolve_checkpoint
+from success_detectors.mining import COUNTS, MineConfig, mine_round
+
+
+def load_run_policy(policy_run: str):
+    """``(task, task options, greedy policy function)`` of a trained run's checkpoint."""
+    path, metadata = resolve_checkpoint(policy_run)
+    return metadata["task"], metadata["task_options"], load_policy(path, metadata)
+
+
+@hydra.main(config_path="../conf", config_name="mine_hard_negatives", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    config = MineConfig(**OmegaConf.to_container(cfg, resolve=True))
+    start = time.perf_counter()
+    result, out = mine_round(config, policy_loader=load_run_policy)
+
+    table = Table(title=f"{config.checkpoint} on {config.episodes} fresh rollouts, every "
+                        f"{config.frame_stride} step(s)")
+    table.add_column("count or rate")
+    table.add_column("value", justify="right")
+    for key in COUNTS:
+        table.add_row(key, str(result.counts[key]))
+    for key, rate in result.rates().items():
+        table.add_row(key, f"{rate:.4f}")
+    Console().print(table)
+    print(f"retrain: python scripts/train_detector.py \"data={out}\" out_dir=<a new folder> "
+          f"({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
