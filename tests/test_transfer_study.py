@@ -119,14 +119,15 @@ def test_evaluate_script_plays_the_domain_it_is_given(tiny_study, tmp_path, caps
     out, _ = tiny_study
     run = out / "plain_seed0"
     report = tmp_path / "eval.json"
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]  # no handlers left behind
     assert evaluate_app.main([f"checkpoint={run}", "episodes=2", "domain=nominal",
                               "+imperfections.action_latency=2", f"output={report}",
-                              f"hydra.run.dir={tmp_path / 'eval'}"]) == 0
+                              f"hydra.run.dir={tmp_path / 'eval'}", *quiet]) == 0
     assert json.loads(report.read_text())["domain"] == {
         "randomization": {}, "imperfections": {"action_latency": 2}}
     assert evaluate_app.main([f"checkpoint={run}", "episodes=2",
                               "+randomization.friction=[2.0,0.5]",
-                              f"hydra.run.dir={tmp_path / 'bad'}"]) == 1
+                              f"hydra.run.dir={tmp_path / 'bad'}", *quiet]) == 1
     assert "randomization.friction=(2.0, 0.5); expected 0 < low <= high" in \
         capsys.readouterr().err
 
