@@ -155,6 +155,12 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
+def _finite_mean(values: list[float]) -> float:
+    """Mean of the finite values (a correlation is NaN where a side was constant); NaN if none."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def figure(rows: list[dict], out: Path) -> Path:
     """Three panels against sigma, one line per estimator: the mean over seeds, and each seed's
     value as a dot when there are several."""
@@ -167,7 +173,7 @@ def figure(rows: list[dict], out: Path) -> Path:
         for algo in dict.fromkeys(r["algo"] for r in rows):
             mine = [r for r in rows if r["algo"] == algo]
             sigmas = sorted({r["sigma_mm"] for r in mine})
-            means = [np.nanmean([r[key] for r in mine if r["sigma_mm"] == s]) for s in sigmas]
+            means = [_finite_mean([r[key] for r in mine if r["sigma_mm"] == s]) for s in sigmas]
             seeds = len({r.get("seed", 0) for r in mine})
             line = ax.plot(sigmas, means, "o-", label=algo if seeds == 1 else
                            f"{algo} (mean of {seeds} seeds)")[0]
