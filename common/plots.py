@@ -63,6 +63,14 @@ def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | N
     return save_figure(figure, out)
 
 
+def _steps_and_values(series: Mapping[str, list[tuple[int, float]]],
+                      key: str) -> tuple[np.ndarray, np.ndarray]:
+    """One metric of :func:`common.files.read_metrics`'s series as (steps, values) arrays;
+    empty when the run never logged it."""
+    pairs = series.get(key, [])
+    return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+
 def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
     """Plot a run with demonstration starts: the fraction of the demonstration left at the demo
     curriculum's frontier (top); the informative fraction of demo- and reset-started groups,
@@ -77,8 +85,7 @@ def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
                          "algo.start_states=demo or mix?")
 
     def curve(key: str) -> tuple[np.ndarray, np.ndarray]:
-        pairs = series.get(key, [])
-        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+        return _steps_and_values(series, key)
 
     def mean_of_last(values: np.ndarray, window: int = 10) -> np.ndarray:
         return np.array([np.nanmean(values[max(0, i - window + 1): i + 1])
@@ -123,10 +130,7 @@ def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: fl
         raise ValueError(f"{metrics_csv} has no detector/false_positive_rate: was the run trained "
                          "with reward=verifier detector=cnn?")
 
-    def curve(source: Mapping, key: str) -> tuple[np.ndarray, np.ndarray]:
-        pairs = source.get(key, [])
-        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
-
+    curve = _steps_and_values
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, dpi=110)
     for key, label, style in (("rollout/success_rate", "true success (scripted check)", "-"),
                               ("rollout/verifier_success_rate", "success the detector saw",
