@@ -3,9 +3,12 @@
 Two arms train with the same seed, task, algorithm and budget (``total_timesteps`` env steps):
 
 * ``plain``: the nominal world only;
-* ``adr+imperfections``: ADR widens the physical ranges the task has (``--adr-bounds``, among
-  friction, mass, damping and object size) and every training episode plays the imperfection
-  wrappers (``--train-imperfections``: action noise, latency, control jitter, observation noise).
+* ``adr+imperfections``: every training episode plays the imperfection wrappers
+  (``--train-imperfections``: action noise, latency, control jitter, observation noise), and ADR
+  widens the physical ranges the task has (among friction, mass, damping and object size),
+  within ``--adr-bounds`` (default :data:`ADR_BOUNDS`); with ``--adr-noise`` also the scales of
+  the continuous imperfections the arm trains with (action noise, control jitter, observation
+  noise; a scale multiplies the configured level), within :data:`ADR_NOISE_BOUNDS`.
 
 Each arm's final policy (``checkpoints/latest``, greedy) is then evaluated on the same test
 seeds (the run's ``eval.seed``, ``--episodes`` of them) in two domains
@@ -14,7 +17,8 @@ seeds (the run's ``eval.seed``, ``--episodes`` of them) in two domains
 * **nominal**: randomisation and imperfections off;
 * **held-out**: ``--held-out`` (default :data:`HELD_OUT`): randomisation ranges wider than ADR's
   bounds on both sides, and stronger imperfections, latency included, than the robust arm
-  trained with.
+  trained with: noise levels twice the trained ones, a scale of 2 that ADR's noise bounds (at
+  most 1.6) never reach.
 
 A randomised reset draws its parameters before the start state, so the two domains see the same
 seeds but not the same start states: the two success rates are independent samples, and the
@@ -50,11 +54,16 @@ from common.stats import wilson_interval
 from harness import trainers
 from harness.checkpoints import domain_options, evaluate_checkpoint
 from harness.config import ConfigError, TrainConfig, compose
+from tasks.wrappers import SCALABLE
 
 ARMS = ("plain", "adr+imperfections")
-# ADR's hard bounds in training (it starts at [1, 1] and widens by adr.params.<range>.step).
+# ADR's hard bounds in training (it starts at [1, 1] and widens by adr.params.<range>.step):
+# scales of the physical ranges, and with --adr-noise of the imperfection levels of
+# TRAIN_IMPERFECTIONS (below the held-out domain's scale of 2, so that it stays unseen).
 ADR_BOUNDS = {"friction": (0.7, 1.4), "mass": (0.7, 1.4), "damping": (0.7, 1.4),
               "object_size": (0.85, 1.15)}
+ADR_NOISE_BOUNDS = {"action_noise": (0.5, 1.6), "control_jitter": (0.5, 1.6),
+                    "observation_noise": (0.5, 1.6)}
 TRAIN_IMPERFECTIONS = {"action_noise": 0.15, "action_latency": 2, "control_jitter": 0.15,
                        "observation_noise": 0.005}
 # Beyond ADR's bounds on both sides, a latency never trained on, noise twice as strong.
@@ -77,8 +86,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=200, help="test episodes per domain")
     parser.add_argument("--target", type=float, default=0.9, help="held-out / nominal to keep")
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides, both arms")
+    parser.add_argument("--adr-noise", action="store_true",
+                        help="ADR also scales the noise levels the robust arm trains with "
+                             "(ADR_NOISE_BOUNDS)")
     parser.add_argument("--adr-bounds", nargs="*", default=None, metavar="RANGE=[MIN,MAX]",
-                        help="ADR's ranges and bounds (default: ADR_BOUNDS, those the task has)")
+                        help="ADR's ranges and bounds (default: ADR_BOUNDS, the ranges the task "
+                             "has; with --adr-noise also ADR_NOISE_BOUNDS)")
     parser.add_argument("--train-imperfections", nargs="*", default=None, metavar="KEY=VALUE",
                         help="task.imperfections of the robust arm (default: "
                              "TRAIN_IMPERFECTIONS)")
@@ -163,10 +176,10 @@ def arm_config(args: argparse.Namespace, arm: str, seed: int) -> TrainConfig:
     if arm == "plain":
         return compose(overrides)
     task = compose(overrides).task.name
-    bounds = (key_values(args.adr_bounds, "--adr-bounds") if args.adr_bounds is not None
-              else adr_defaults(task))
     imperfections = (key_values(args.train_imperfections, "--train-imperfections")
                      if args.train_imperfections is not None else TRAIN_IMPERFECTIONS)
+    bounds = (key_values(args.adr_bounds, "--adr-bounds") if args.adr_bounds is not None
+              else adr_defaults(task, imperfections if args.adr_noise else {}))
     robust = [f"+adr.params.{name}.bounds={hydra_value(value)}" for name, value in
               bounds.items()]
     robust += [f"+task.imperfections.{key}={hydra_value(value)}"
@@ -179,12 +192,16 @@ def hydra_value(value: Any) -> str:
     return json.dumps(list(value) if isinstance(value, tuple) else value, separators=(",", ":"))
 
 
-def adr_defaults(task: str) -> dict[str, tuple[float, float]]:
-    """The :data:`ADR_BOUNDS` of the ranges ``task``'s scene has (reach: no mass, no size)."""
+def adr_defaults(task: str, imperfections: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """The :data:`ADR_BOUNDS` of the ranges ``task``'s scene has (reach: no mass, no size) and
+    the :data:`ADR_NOISE_BOUNDS` of the scalable imperfections that are on in ``imperfections``
+    (pass ``{}`` for none)."""
     env = tasks.make(task)
-    present = env.unwrapped.randomization_ranges()
+    present = set(env.unwrapped.randomization_ranges())
     env.close()
-    return {name: bounds for name, bounds in ADR_BOUNDS.items() if name in present}
+    present |= {name for name in SCALABLE if imperfections.get(name, 0)}
+    return {name: bounds for name, bounds in {**ADR_BOUNDS, **ADR_NOISE_BOUNDS}.items()
+            if name in present}
 
 
 def held_out_domain(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, dict[str, Any]]:

@@ -16,12 +16,23 @@ the wrappers' state (latency queue, last frame, noise streams) as a reset from t
 would, which is exact for snapshots taken at a reset, as every group start state is.
 Restore through the wrapped env, not through ``env.unwrapped``, or the wrappers keep the state
 of the episode before.
+
+**Scales (automatic domain randomisation).** The reset option ``imperfections`` (``{name:
+(low, high)}``, names from :data:`SCALABLE`) scales the configured level of a continuous
+imperfection for one episode: its wrapper draws a scale uniformly in ``[low, high]`` and plays
+``scale * level`` (a scale of 0 turns the noise off); without the option the scale is 1, the
+configured level. The draw comes from a generator of the start snapshot alone, apart from the
+noise streams and independent of ``noise_key``, so the attempts restored from one snapshot play
+the same scale (:func:`imperfection_scales` draws the same numbers outside the wrappers). A
+snapshot does not hold the ranges: a restore plays them when given them
+(:meth:`ImperfectionWrapper.restore`), as a reset would.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -32,6 +43,10 @@ from tasks.checks import check_action, check_int, check_number
 from tasks.snapshot import Snapshot
 
 MAX_LATENCY = 50  # control steps (two seconds at 25 Hz)
+# The imperfections whose level the reset option ``imperfections`` scales: the continuous ones
+# (latency and dropped frames are discrete).
+SCALABLE = ("action_noise", "control_jitter", "observation_noise")
+SCALE_STREAM = 100  # a wrapper's scale draws from stream SCALE_STREAM + its noise stream
 
 
 @dataclass(frozen=True)
@@ -107,27 +122,76 @@ def noise_generator(snapshot: Snapshot, key: int, stream: int) -> np.random.Gene
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([start, stream, key])))
 
 
+def check_scale_ranges(ranges: Mapping[str, Any] | None) -> dict[str, tuple[float, float]]:
+    """The reset option ``imperfections``: ``{name: (low, high)}`` with names from
+    :data:`SCALABLE` and ``0 <= low <= high``, finite.
+
+    Raises:
+        ValueError: An unknown name or a malformed range, naming it and the value.
+    """
+    if ranges is None:
+        return {}
+    if not isinstance(ranges, Mapping):
+        raise ValueError(f"reset option imperfections={ranges!r}; expected {{name: (low, "
+                         f"high)}} with names from {list(SCALABLE)}")
+    unknown = sorted(set(ranges) - set(SCALABLE))
+    if unknown:
+        raise ValueError(f"reset option imperfections: {unknown} cannot be scaled; scalable "
+                         f"imperfections are {list(SCALABLE)}")
+    checked = {}
+    for name, value in ranges.items():
+        try:
+            low, high = (check_number(name, v) for v in value)
+        except (TypeError, ValueError):
+            raise ValueError(f"reset option imperfections.{name}={value!r}; expected a range "
+                             "(low, high) of two finite numbers") from None
+        if not 0 <= low <= high:
+            raise ValueError(f"reset option imperfections.{name}={(low, high)}; expected a "
+                             "scale range with 0 <= low <= high")
+        checked[name] = (low, high)
+    return checked
+
+
+def draw_scale(start: Snapshot, stream: int, bounds: tuple[float, float]) -> float:
+    """The scale in ``bounds`` (uniform) of wrapper ``stream`` for an episode starting at
+    ``start``, whatever its ``noise_key``; ``low`` itself when ``low == high``."""
+    low, high = bounds
+    if low == high:
+        return float(low)
+    return float(noise_generator(start, 0, SCALE_STREAM + stream).uniform(low, high))
+
+
 class ImperfectionWrapper(gym.Wrapper):
     """What the imperfection wrappers share: a noise generator restarted at every reset (see
     the module docstring), ``snapshot``/``restore`` that keep restores exact, and every other
     attribute read through to the wrapped env (``env.task``, ``env.expert_action()``...).
 
-    Subclasses set ``stream`` (distinct, so their noises are independent) and may override
+    Subclasses set ``stream`` (distinct, so their noises are independent), ``scaled`` (the
+    :data:`SCALABLE` imperfection whose level they play, if any) and may override
     :meth:`_restart` (called with the first observation and the start snapshot).
+
+    Attributes:
+        scale: This episode's scale of the configured level (1 unless the reset option
+            ``imperfections`` names :attr:`scaled`).
     """
 
     stream: ClassVar[int]
+    scaled: ClassVar[str | None] = None
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.rng = np.random.default_rng(0)  # replaced at every reset
+        self.scale = 1.0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         key = (options or {}).get("noise_key")
         key = 0 if key is None else check_int("reset option noise_key", key, 0)
+        ranges = check_scale_ranges((options or {}).get("imperfections"))
         obs, info = self.env.reset(seed=seed, options=options)
         start = self.env.unwrapped.snapshot()
         self.rng = noise_generator(start, key, self.stream)
+        self.scale = (draw_scale(start, self.stream, ranges[self.scaled])
+                      if self.scaled in ranges else 1.0)
         return self._restart(obs, start), info
 
     def _restart(self, obs: dict[str, np.ndarray], start: Snapshot) -> dict[str, np.ndarray]:
@@ -137,10 +201,13 @@ class ImperfectionWrapper(gym.Wrapper):
         """The base env's snapshot (the wrappers' state restarts on restore)."""
         return self.env.unwrapped.snapshot()
 
-    def restore(self, snapshot: Snapshot, noise_key: int | None = None) -> None:
+    def restore(self, snapshot: Snapshot, noise_key: int | None = None,
+                imperfections: Mapping[str, Any] | None = None) -> None:
         """Restore ``snapshot`` exactly and restart every wrapper as a reset from it would
-        (``reset(options={"snapshot": snapshot, "noise_key": noise_key})``)."""
-        self.reset(options={"snapshot": snapshot, "noise_key": noise_key})
+        (``reset(options={"snapshot": snapshot, "noise_key": noise_key, "imperfections":
+        imperfections})``): the same scale ranges give the same scales."""
+        self.reset(options={"snapshot": snapshot, "noise_key": noise_key,
+                            "imperfections": imperfections})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "env":
@@ -149,10 +216,11 @@ class ImperfectionWrapper(gym.Wrapper):
 
 
 class ActionNoise(ImperfectionWrapper):
-    """Gaussian noise of standard deviation ``sigma`` (action units) added to every action
-    dimension; the env clips the result to [-1, 1]."""
+    """Gaussian noise of standard deviation ``sigma * scale`` (action units) added to every
+    action dimension; the env clips the result to [-1, 1]."""
 
     stream = 1
+    scaled = "action_noise"
 
     def __init__(self, env: gym.Env, sigma: float) -> None:
         super().__init__(env)
@@ -160,7 +228,8 @@ class ActionNoise(ImperfectionWrapper):
 
     def step(self, action):
         action = check_action(action)
-        return self.env.step(action + self.rng.normal(0.0, self.sigma, action.shape))
+        return self.env.step(action + self.rng.normal(0.0, self.sigma * self.scale,
+                                                      action.shape))
 
 
 class ActionLatency(ImperfectionWrapper):
@@ -187,9 +256,10 @@ class ActionLatency(ImperfectionWrapper):
 
 class ControlRateJitter(ImperfectionWrapper):
     """Each control step lasts ``substeps * (1 + u)`` physics steps, rounded and at least one,
-    with ``u`` uniform in ``[-jitter, jitter]``."""
+    with ``u`` uniform in ``[-jitter * scale, jitter * scale]``."""
 
     stream = 3
+    scaled = "control_jitter"
 
     def __init__(self, env: gym.Env, jitter: float) -> None:
         super().__init__(env)
@@ -198,8 +268,8 @@ class ControlRateJitter(ImperfectionWrapper):
 
     def step(self, action):
         base = self.env.unwrapped
-        base.substeps = max(1, round(self.nominal * (1.0 + self.rng.uniform(-self.jitter,
-                                                                             self.jitter))))
+        jitter = self.jitter * self.scale
+        base.substeps = max(1, round(self.nominal * (1.0 + self.rng.uniform(-jitter, jitter))))
         try:
             return self.env.step(action)
         finally:
@@ -207,10 +277,11 @@ class ControlRateJitter(ImperfectionWrapper):
 
 
 class ObservationNoise(ImperfectionWrapper):
-    """Gaussian noise of standard deviation ``sigma`` (observation units) added to ``state``
-    and ``proprio``."""
+    """Gaussian noise of standard deviation ``sigma * scale`` (observation units) added to
+    ``state`` and ``proprio``."""
 
     stream = 4
+    scaled = "observation_noise"
     KEYS = ("state", "proprio")
 
     def __init__(self, env: gym.Env, sigma: float) -> None:
@@ -221,7 +292,7 @@ class ObservationNoise(ImperfectionWrapper):
         obs = dict(obs)
         for key in self.KEYS:
             if key in obs:
-                noise = self.rng.normal(0.0, self.sigma, obs[key].shape)
+                noise = self.rng.normal(0.0, self.sigma * self.scale, obs[key].shape)
                 obs[key] = (obs[key] + noise).astype(obs[key].dtype)
         return obs
 
@@ -258,3 +329,17 @@ class DroppedFrames(ImperfectionWrapper):
             else:
                 self.last = obs["pixels"]
         return obs, reward, terminated, truncated, info
+
+
+def imperfection_scales(start: Snapshot, ranges: Mapping[str, Any] | None
+                        ) -> dict[str, float]:
+    """The scale each imperfection of ``ranges`` plays in an episode starting at ``start``: what
+    its wrapper draws at that reset, whatever the ``noise_key``. The group trainer pins its
+    groups' scales with it, so that attempts from perturbed copies of a start share them.
+
+    Raises:
+        ValueError: An unknown name or a malformed range (:func:`check_scale_ranges`).
+    """
+    streams = {w.scaled: w.stream for w in (ActionNoise, ControlRateJitter, ObservationNoise)}
+    return {name: draw_scale(start, streams[name], bounds)
+            for name, bounds in check_scale_ranges(ranges).items()}

@@ -1,20 +1,32 @@
 """Automatic domain randomisation: the boundary rule against hand-worked numbers, its state,
-the ranges reaching a real env, and tiny SB3 and group-trainer runs that log ``adr/*``."""
+the ranges (randomisation ranges and imperfection scales) reaching a real env through SB3's and
+the group trainer's wrapping, and tiny SB3 and group-trainer runs that log ``adr/*``."""
 
 from __future__ import annotations
 
 import csv
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import tasks
+from harness import curriculum as curricula
 from harness import trainers
+from harness.algos.collect import collect_groups
 from harness.algos.group import read_checkpoint
+from harness.algos.rollouts import EnvHost
+from harness.algos.sb3_envs import make_env_factory
+from harness.algos.start_states import StartStates
 from harness.config import ConfigError, compose
-from harness.curriculum import AdrEpisode, AdrParameter, AutomaticDomainRandomization
+from harness.curriculum import (
+    AdrEpisode,
+    AdrParameter,
+    AutomaticDomainRandomization,
+    NextResetOptions,
+)
 
 
 def adr(**overrides) -> AutomaticDomainRandomization:
@@ -110,6 +122,21 @@ def test_state_dict_round_trip_continues_identically():
         b.load_state_dict(None)
 
 
+def test_reset_options_split_randomisation_ranges_from_imperfection_scales():
+    ranges = {"friction": (0.9, 1.1), "action_noise": (0.0, 0.0), "observation_noise": (0.5, 2)}
+    assert AutomaticDomainRandomization.reset_options(AdrEpisode(ranges, None)) == {
+        "randomization": {"friction": (0.9, 1.1)},
+        "imperfections": {"action_noise": (0.0, 0.0), "observation_noise": (0.5, 2)}}
+    only = AdrEpisode({"friction": (1.0, 1.2)}, None)  # no imperfection: the options as before
+    assert AutomaticDomainRandomization.reset_options(only) == {
+        "randomization": {"friction": (1.0, 1.2)}}
+    noise = adr(parameters={"action_noise": AdrParameter((1.0, 1.0), (0.0, 2.0), 0.5)})
+    noise.update(pinned(noise.ranges, "action_noise", "low"), [1, 1, 1, 1])
+    noise.update(pinned(noise.ranges, "action_noise", "low"), [1, 1, 1, 1])
+    noise.update(pinned(noise.ranges, "action_noise", "low"), [1, 1, 1, 1])
+    assert noise.ranges["action_noise"] == (0.0, 1.0)  # a scale reaches 0 and stays there
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"buffer": 0}, r"adr.buffer=0; expected an integer >= 1"),
     ({"boundary_prob": 1.5}, r"adr.boundary_prob must be in \[0, 1\], got 1.5"),
@@ -147,10 +174,36 @@ def test_bad_adr_arguments_name_the_value(kwargs, match):
     (["adr.enabled=true", "+adr.params.friction.stp=1"], r"unknown field\(s\) \['stp'\]"),
     (["curriculum=success_band", "curriculum.adr_key=spawn"],
      "curriculum.adr_key='spawn' was removed"),
+    (["adr.enabled=true", "+adr.params.noise.bounds=[0.5,2]"],
+     r"adr.params.noise: not a randomisation range of task 'reach'; its ranges are \[.*\], "
+     r"and the imperfections ADR scales are \['action_noise', 'control_jitter', "
+     r"'observation_noise'\]"),
+    (["adr.enabled=true", "+adr.params.action_noise.bounds=[0.5,1.5]"],
+     r"adr.params.action_noise: task.imperfections.action_noise=0.0 is off, so there is no "
+     r"level to scale; set task.imperfections.action_noise > 0"),
+    (["+task.imperfections.action_noise=0.1", "adr.enabled=true",
+      "+adr.params.action_noise.bounds=[-0.5,1.5]"],
+     r"adr.params.action_noise.bounds=\[-0.5, 1.5\]; expected a scale range \[min, max\] "
+     r"with 0 <= min <= max"),
+    (["+task.imperfections.action_latency=2", "adr.enabled=true",
+      "+adr.params.action_latency.bounds=[0.5,1.5]"],
+     r"adr.params.action_latency \(bounds \[0.5, 1.5\]\): ADR does not scale "
+     r"action_latency"),
+    (["+task.imperfections.control_jitter=0.5", "adr.enabled=true",
+      "+adr.params.control_jitter.bounds=[0.5,2.5]"],
+     r"adr.params.control_jitter.bounds=\[0.5, 2.5\]: max 2.5 times "
+     r"task.imperfections.control_jitter=0.5 must stay below 1"),
 ])
 def test_bad_adr_config_is_refused_by_name(overrides, match):
     with pytest.raises(ConfigError, match=match):
         compose(overrides)
+
+
+def test_an_imperfection_scale_may_start_at_zero():
+    config = compose(["+task.imperfections.observation_noise=0.01", "adr.enabled=true",
+                      "+adr.params.observation_noise.bounds=[0.0,1.5]",
+                      "+adr.params.observation_noise.initial=[0.0,1.0]"])
+    assert config.adr.build(0).ranges == {"observation_noise": (0.0, 1.0)}
 
 
 # --- the ranges reach a real env ------------------------------------------------------------
@@ -171,6 +224,70 @@ def test_reset_option_ranges_set_the_model_and_leave_the_rest_nominal():
         env.reset(options={"randomization": {"colour_jitter": 0.1}})
     with pytest.raises(ValueError, match=r"randomization.mass=\(1.2, 0.8\); expected 0 < low"):
         env.reset(options={"randomization": {"mass": (1.2, 0.8)}})
+
+
+def scales(env) -> dict[str, float]:
+    """The scale of each scalable imperfection wrapper inside ``env``, by the level it scales."""
+    found = {}
+    while env is not env.unwrapped:
+        if getattr(env, "scaled", None):
+            found[env.scaled] = env.scale
+        env = env.env
+    return found
+
+
+def test_sb3_envs_pass_adrs_scales_down_to_the_imperfection_wrappers():
+    config = compose(["task=reach", "algo=ppo", "policy=mlp", "reward=verifier",
+                      "detector=scripted", "+task.imperfections.action_noise=0.1",
+                      "+task.imperfections.observation_noise=0.01", "adr.enabled=true",
+                      "+adr.params.action_noise.bounds=[0.0,2.0]"])
+    env = make_env_factory(config, 1.0, {})()  # Monitor(Curriculum(Select(Verifier(...))))
+    episode = AdrEpisode({"action_noise": (0.0, 0.0)}, ("action_noise", "low"))
+    env.get_wrapper_attr("set_next_randomization")(
+        AutomaticDomainRandomization.reset_options(episode))
+    env.reset(seed=0)
+    assert scales(env) == {"action_noise": 0.0, "observation_noise": 1.0}  # only the named
+
+
+class StopAtRollout(Exception):
+    pass
+
+
+class RecordingPool:
+    """Keeps the jobs of the first call and stops the iteration there."""
+
+    def run(self, policy, jobs, temperature, seed):
+        self.jobs = jobs
+        raise StopAtRollout
+
+
+def test_a_groups_attempts_share_one_scale_even_from_perturbed_starts():
+    config = compose(["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp",
+                      "algo.num_start_states=3", "algo.group_size=4", "algo.minibatch_size=4",
+                      "algo.reset_noise.position_mm=5", "+task.imperfections.action_noise=0.1",
+                      "adr.enabled=true", "adr.boundary_prob=0",
+                      "+adr.params.action_noise.bounds=[0.5,1.5]",
+                      "+adr.params.action_noise.initial=[0.5,1.5]"])
+    options = config.task.env_options()
+    starts_env = NextResetOptions(tasks.make("push", **{**options, "obs_mode": "state"}))
+    curriculum = curricula.make(config.curriculum.name, seed=0, **config.curriculum_params())
+    starts, pool = StartStates(config, curriculum, starts_env), RecordingPool()
+    with pytest.raises(StopAtRollout):
+        collect_groups(config, pool, SimpleNamespace(policy=None), starts, None, 0, 0,
+                       config.adr.build(0))
+    groups = [pool.jobs[g * 4:(g + 1) * 4] for g in range(3)]
+    drawn = []
+    for group in groups:
+        assert len({job[0].physics for job in group}) == 4  # each attempt its perturbed start
+        assert all(job[3] == group[0][3] for job in group)
+        (low, high), = group[0][3]["imperfections"].values()
+        assert low == high and 0.5 <= low <= 1.5
+        drawn.append(low)
+        host = EnvHost("push", options, 4)
+        host.begin(group, range(4))
+        assert [scales(env) for env in host.envs] == [{"action_noise": low}] * 4
+        host.close()
+    assert len(set(drawn)) == 3  # a draw per group
 
 
 # --- tiny runs ------------------------------------------------------------------------------
@@ -213,3 +330,36 @@ def test_adr_in_a_tiny_group_run_logs_and_moves_the_range(tmp_path):
     state = read_checkpoint(tmp_path / "checkpoints" / "latest.pt")["adr"]
     assert state["ranges"]["friction"] == [rows["adr/friction_low"][-1],
                                            rows["adr/friction_high"][-1]]
+
+
+# Failing attempts narrow the action-noise scale around the configured 0.1.
+NARROWING_NOISE = ["adr.enabled=true", "+task.imperfections.action_noise=0.1",
+                   "+adr.params.action_noise.bounds=[0.0,2.0]",
+                   "+adr.params.action_noise.initial=[0.6,1.4]", "adr.boundary_prob=1.0",
+                   "logger=none", "eval.every_steps=0", "eval.final_episodes=2", "seed=3"]
+
+
+def test_adr_over_action_noise_in_a_tiny_sb3_run(tmp_path):
+    config = compose(["task=reach", "algo=ppo", "policy=mlp", "total_timesteps=512",
+                      "algo.n_steps=128", "algo.batch_size=64", "algo.n_epochs=1",
+                      "adr.buffer=1", *NARROWING_NOISE])
+    trainers.train(config, tmp_path)
+    rows = adr_rows(tmp_path)
+    assert set(rows) == {"adr/action_noise_low", "adr/action_noise_high"}
+    assert rows["adr/action_noise_high"][-1] - rows["adr/action_noise_low"][-1] < 0.8
+    metadata = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert metadata["trainer_state"]["adr"]["ranges"]["action_noise"] == [
+        rows["adr/action_noise_low"][-1], rows["adr/action_noise_high"][-1]]
+
+
+def test_adr_over_action_noise_in_a_tiny_group_run(tmp_path):
+    config = compose(["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp",
+                      "algo.iterations=2", "algo.num_start_states=4", "algo.group_size=4",
+                      "algo.minibatch_size=8", "adr.buffer=4", *NARROWING_NOISE])
+    trainers.train(config, tmp_path)
+    rows = adr_rows(tmp_path)
+    assert len(rows["adr/action_noise_low"]) == 2  # one per iteration
+    assert rows["adr/action_noise_high"][-1] - rows["adr/action_noise_low"][-1] < 0.8
+    state = read_checkpoint(tmp_path / "checkpoints" / "latest.pt")["adr"]
+    assert state["ranges"]["action_noise"] == [rows["adr/action_noise_low"][-1],
+                                               rows["adr/action_noise_high"][-1]]

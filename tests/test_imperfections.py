@@ -1,5 +1,6 @@
 """Sim-to-real imperfections on real MuJoCo: each wrapper's effect, exact restores with them on,
-the broader randomisation, inexact resets, defaults that change nothing, and bad inputs."""
+the scales of their levels (the reset option ADR sets), the broader randomisation, inexact
+resets, defaults that change nothing, and bad inputs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from harness import trainers
 from harness.algos.rollouts import EnvHost
 from harness.config import ConfigError, compose
 from tasks.perturb import ResetNoise, _penetrations, perturb_start, perturbed_snapshots
-from tasks.wrappers import ActionLatency, ImperfectionConfig
+from tasks.wrappers import (
+    SCALABLE,
+    ActionLatency,
+    ActionNoise,
+    ImperfectionConfig,
+    imperfection_scales,
+    noise_generator,
+)
 
 ALL_ON = {"action_noise": 0.1, "action_latency": 2, "control_jitter": 0.2,
           "observation_noise": 0.01, "dropped_frames": 0.3}
@@ -200,6 +208,83 @@ def test_a_groups_attempts_replay_identically_whatever_the_number_of_envs():
     assert not np.array_equal(four[0][-1], four[1][-1])
 
 
+# --- scales of the imperfection levels (the reset option ADR sets) --------------------------
+def wrappers_of(env) -> dict[str, object]:
+    """The scalable imperfection wrappers around ``env.unwrapped``, by the level they scale."""
+    found = {}
+    while env is not env.unwrapped:
+        if getattr(env, "scaled", None):
+            found[env.scaled] = env
+        env = env.env
+    return found
+
+
+def gripper_commands(env, steps: int, **reset) -> np.ndarray:
+    """The gripper command observed (exactly, ``state[7]``) while commanding 0 for ``steps``."""
+    env.reset(**reset)
+    return np.array([env.step(np.zeros(4))[0]["state"][7] for _ in range(steps)])
+
+
+def test_no_scale_option_plays_the_configured_level_drawn_as_always():
+    """The action noise of a reset without the option, written out: sigma times the draws of
+    the wrapper's stream, so runs without ADR replay as before."""
+    env = tasks.make("reach", imperfections={"action_noise": 0.1}, max_episode_steps=50,
+                     terminate_on_success=False)
+    env.reset(seed=0)
+    assert env.scale == 1.0
+    rng = noise_generator(env.unwrapped.snapshot(), 0, ActionNoise.stream)
+    for _ in range(30):
+        expected = np.float32(np.clip(rng.normal(0.0, 0.1, 4)[3], -1.0, 1.0))
+        assert env.step(np.zeros(4))[0]["state"][7] == expected
+    moves = actions(20, seed=3)
+    everything = tasks.make("push", imperfections=ALL_ON)
+    assert_same(play(everything, moves, seed=5, options={"imperfections": {
+        name: (1.0, 1.0) for name in SCALABLE}}), play(everything, moves, seed=5))
+
+
+def test_a_scale_of_zero_turns_the_noise_off_and_two_doubles_it():
+    options = {"max_episode_steps": 500, "terminate_on_success": False}
+    noisy = tasks.make("reach", imperfections={"action_noise": 0.1}, **options)
+    clean = tasks.make("reach", **options)
+    moves = actions(30, seed=4)
+    off = {"imperfections": {"action_noise": (0.0, 0.0)}}
+    assert_same(play(noisy, moves, seed=2, options=off), play(clean, moves, seed=2))
+    # The same episode without noise commands exactly 0: what differs is the noise.
+    truth = gripper_commands(clean, 400, seed=0)
+    once = gripper_commands(noisy, 400, seed=0) - truth
+    twice = gripper_commands(noisy, 400, seed=0,
+                             options={"imperfections": {"action_noise": (2.0, 2.0)}}) - truth
+    assert noisy.scale == 2.0
+    assert abs(np.std(twice) - 0.2) < 0.2 * 0.15
+    np.testing.assert_allclose(twice, 2 * once, rtol=1e-6)  # the same draws, twice as large
+
+
+def test_scales_of_a_start_are_shared_by_all_its_noise_keys_and_restores():
+    env = tasks.make("push", imperfections=ALL_ON)
+    ranges = {"action_noise": (0.5, 1.5), "control_jitter": (0.2, 1.8),
+              "observation_noise": (0.0, 2.0)}
+    env.reset(seed=3, options={"imperfections": ranges})
+    snapshot = env.snapshot()
+    expected = imperfection_scales(snapshot, ranges)
+    assert {n: w.scale for n, w in wrappers_of(env).items()} == expected
+    assert all(low <= expected[n] <= high and expected[n] != 1.0
+               for n, (low, high) in ranges.items())
+    assert len(set(expected.values())) == 3  # each wrapper its own stream
+    moves, last = actions(5), []
+    for key in range(4):
+        seen = play(env, moves, options={"snapshot": snapshot, "noise_key": key,
+                                         "imperfections": ranges})
+        assert {n: w.scale for n, w in wrappers_of(env).items()} == expected
+        last.append(seen[-1]["state"])
+    assert len({x.tobytes() for x in last}) == 4  # the noise itself differs by key
+    env.restore(snapshot, noise_key=7, imperfections=ranges)
+    assert {n: w.scale for n, w in wrappers_of(env).items()} == expected
+    env.restore(snapshot, noise_key=7)  # without the ranges: the configured levels
+    assert all(w.scale == 1.0 for w in wrappers_of(env).values())
+    env.reset(seed=4, options={"imperfections": ranges})  # another start, other scales
+    assert wrappers_of(env)["action_noise"].scale != expected["action_noise"]
+
+
 # --- broader randomisation ------------------------------------------------------------------
 def test_scene_randomisation_changes_what_it_names_within_its_ranges():
     r = {"enabled": True, "textures": True, "light_count": (1, 4), "fovy": (0.8, 1.2),
@@ -334,6 +419,19 @@ def test_reset_noise_reaches_every_attempt_of_a_group_run_and_is_reproducible(tm
 def test_bad_imperfection_and_randomisation_options_name_the_value(options, match):
     with pytest.raises(ValueError, match=match):
         tasks.make("push", **options)
+
+
+@pytest.mark.parametrize(("ranges", "match"), [
+    ({"action_latency": (1, 2)}, r"\['action_latency'\] cannot be scaled; scalable"),
+    ({"action_noise": (-0.5, 1.0)}, r"imperfections.action_noise=\(-0.5, 1.0\); expected a "
+                                    r"scale range with 0 <= low <= high"),
+    ({"action_noise": (1.5, 0.5)}, r"imperfections.action_noise=\(1.5, 0.5\)"),
+    ({"action_noise": 2.0}, r"imperfections.action_noise=2.0; expected a range"),
+])
+def test_bad_scale_options_name_the_value(ranges, match):
+    env = tasks.make("reach", imperfections={"action_noise": 0.1})
+    with pytest.raises(ValueError, match=match):
+        env.reset(options={"imperfections": ranges})
 
 
 def test_bad_reset_noise_and_noise_keys_name_the_value():

@@ -47,6 +47,20 @@ def test_key_values_nest_dotted_keys_and_parse_yaml_values():
         study.key_values(["friction"], "--held-out")
 
 
+def test_adr_scales_the_imperfections_trained_with_and_never_reaches_the_held_out_ones():
+    noise = {"action_noise": (0.5, 1.6), "control_jitter": (0.5, 1.6),
+             "observation_noise": (0.5, 1.6)}
+    assert study.ADR_NOISE_BOUNDS == noise
+    assert study.adr_defaults("reach", study.TRAIN_IMPERFECTIONS) == {
+        "friction": (0.7, 1.4), "damping": (0.7, 1.4), **noise}
+    assert study.adr_defaults("reach", {}) == {"friction": (0.7, 1.4), "damping": (0.7, 1.4)}
+    assert study.adr_defaults("reach", {"action_latency": 2}) == {  # no noise: no noise scale
+        "friction": (0.7, 1.4), "damping": (0.7, 1.4)}
+    for name, (_, highest) in noise.items():  # the held-out levels lie beyond ADR's bounds
+        scale = study.HELD_OUT["imperfections"][name] / study.TRAIN_IMPERFECTIONS[name]
+        assert scale == pytest.approx(2.0) and scale > highest
+
+
 # --- the domain of an evaluation ------------------------------------------------------------
 def test_domain_options_replace_named_blocks_and_name_bad_values():
     trained = {"obs_mode": "state", "imperfections": {"action_noise": 0.1}, "randomization": {}}
@@ -67,7 +81,7 @@ def test_domain_options_replace_named_blocks_and_name_bad_values():
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("transfer") / "study"
-    return out, study.main(["--out", str(out), *TINY])
+    return out, study.main(["--out", str(out), *TINY, "--adr-noise"])
 
 
 def test_study_trains_both_arms_and_writes_its_json_and_figure(tiny_study):
@@ -85,16 +99,19 @@ def test_study_trains_both_arms_and_writes_its_json_and_figure(tiny_study):
     assert (settings["task"], settings["algo"], settings["total_timesteps"]) == \
         ("reach", "ppo", 128)
     assert settings["held_out"] == study.HELD_OUT
-    assert settings["adr_bounds"] == {"friction": [0.7, 1.4], "damping": [0.7, 1.4]}  # reach's
+    assert settings["adr_bounds"] == {  # reach's ranges, and (--adr-noise) the noise levels
+        "friction": [0.7, 1.4], "damping": [0.7, 1.4], "action_noise": [0.5, 1.6],
+        "control_jitter": [0.5, 1.6], "observation_noise": [0.5, 1.6]}
     plain, robust = written["rows"]
     assert plain["env_steps"] == robust["env_steps"] >= 128  # the same budget
     # ADR ran on the robust arm only (every episode pinned a boundary, read after one outcome).
     assert plain["adr_final_ranges"] == {}
-    assert set(robust["adr_final_ranges"]) == {"friction", "damping"}
+    assert set(robust["adr_final_ranges"]) == {"friction", "damping", "action_noise",
+                                               "control_jitter", "observation_noise"}
     assert (out / "transfer_study.png").stat().st_size > 10_000
     # A finished study is read back, not trained again.
     trained_at = (out / "plain_seed0" / "summary.json").stat().st_mtime_ns
-    study.main(["--out", str(out), *TINY])
+    study.main(["--out", str(out), *TINY, "--adr-noise"])
     assert (out / "plain_seed0" / "summary.json").stat().st_mtime_ns == trained_at
 
 

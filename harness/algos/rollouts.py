@@ -1,7 +1,9 @@
 """Rollouts of the group trainer: attempts played from snapshots.
 
-A *job* is ``(snapshot, group, difficulty)``: one attempt restored from ``snapshot``. The G jobs
-of a group share one snapshot, so its G attempts start from the very same state. An engine steps
+A *job* is ``(snapshot, group, difficulty)``: one attempt restored from ``snapshot``, optionally
+with a fourth entry, more reset options of the attempt (``imperfections``: the scales automatic
+domain randomisation chose for the group, :mod:`harness.algos.collect`). The G jobs of a group
+share one snapshot, so its G attempts start from the very same state. An engine steps
 its environments in lock-step with one batched policy call per step; a pool
 (:mod:`harness.algos.pools`) spreads the jobs of an iteration over worker processes or Ray
 actors, each holding its own environments, renderer and policy copy.
@@ -125,7 +127,7 @@ class EnvHost:
         self.verifier_view = verifier_view
         self.capture_every = int(capture_every)
         self.env_time = 0.0
-        self._pending: list[tuple[int, Any]] = []
+        self._pending: list[tuple[int, Any, dict[str, Any]]] = []
         self._active: dict[int, int] = {}  # job index -> env slot
         self._closest: dict[int, tuple[float, Any]] = {}  # job index -> (margin, snapshot)
 
@@ -133,7 +135,8 @@ class EnvHost:
         """Queue ``jobs`` (with their indices in the call); the first observation of each
         attempt that started."""
         self.env_time = 0.0
-        self._pending = [(int(i), job[0]) for i, job in zip(indices, jobs, strict=True)][::-1]
+        self._pending = [(int(i), job[0], dict(job[3]) if len(job) > 3 else {})
+                         for i, job in zip(indices, jobs, strict=True)][::-1]
         self._active = {}
         self._closest = {}
         started = {}
@@ -143,9 +146,10 @@ class EnvHost:
         return started
 
     def _start(self, slot: int) -> dict[int, dict]:
-        index, snapshot = self._pending.pop()
+        index, snapshot, options = self._pending.pop()
         t0 = time.perf_counter()
-        obs, _ = self.envs[slot].reset(options={"snapshot": snapshot, "noise_key": index})
+        obs, _ = self.envs[slot].reset(options={**options, "snapshot": snapshot,
+                                                "noise_key": index})
         self.env_time += time.perf_counter() - t0
         self._active[index] = slot
         return {index: obs}

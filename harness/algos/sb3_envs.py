@@ -85,8 +85,9 @@ class CurriculumWrapper(gym.Wrapper):
         self._next = (float(difficulty), dict(options))
 
     def set_next_randomization(self, options: dict[str, Any]) -> None:
-        """Reset options of ADR's ranges (``adr.reset_options(episode)``) from the next episode
-        on."""
+        """Reset options of ADR's ranges (``adr.reset_options(episode)``: randomisation ranges
+        and imperfection scales, which pass down to the imperfection wrappers) from the next
+        episode on."""
         self._randomization = dict(options)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -1,8 +1,11 @@
-"""The ``adr`` block: automatic domain randomisation over the task's randomisation ranges
-(``harness.curriculum.adr``), for SB3 and the group trainer alike."""
+"""The ``adr`` block: automatic domain randomisation over the task's randomisation ranges and
+the scales of its continuous imperfections (``harness.curriculum.adr``), for SB3 and the group
+trainer alike."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -10,14 +13,20 @@ import tasks
 from harness.config.errors import ConfigError, check
 from harness.curriculum.adr import AdrParameter, AutomaticDomainRandomization
 from tasks.randomization import RANGE_KEYS, check_range
+from tasks.wrappers import SCALABLE
+
+DISCRETE_IMPERFECTIONS = ("action_latency", "dropped_frames")  # refused with their own reason
 
 
 @dataclass
 class AdrParamConfig:
-    """One randomised range (``adr.params.<name>``, a key of ``tasks.randomization.RANGE_KEYS``).
+    """One randomised range (``adr.params.<name>``): a key of ``tasks.randomization.RANGE_KEYS``
+    or an imperfection of ``tasks.wrappers.SCALABLE``, whose scale multiplies the configured
+    level ``task.imperfections.<name>``.
 
     Attributes:
-        bounds: ``[min, max]`` hard bounds of the scale (``0 < min <= max``).
+        bounds: ``[min, max]`` hard bounds of the scale (``0 < min <= max``; an imperfection's
+            ``0 <= min <= max``, 0 turning it off).
         initial: ``[low, high]`` at the start, inside ``bounds``; ``None``: the nominal
             ``[1.0, 1.0]``.
         step: How far a boundary moves at a time.
@@ -43,8 +52,9 @@ class AdrConfig:
         enabled: Widen and narrow ``params`` from training outcomes.
         params: ``{range name: {bounds, initial, step}}`` (:class:`AdrParamConfig`); names
             from ``tasks.randomization.RANGE_KEYS`` that change something in the task's scene
-            (``task`` decides: ``object_size`` needs free objects). A free-form dict, so the
-            command line adds ranges with ``+``: ``+adr.params.friction.bounds=[0.5,2.0]``.
+            (``task`` decides: ``object_size`` needs free objects), or imperfections of
+            ``tasks.wrappers.SCALABLE`` whose configured level is on (> 0). A free-form dict,
+            so the command line adds ranges with ``+``: ``+adr.params.friction.bounds=[0.5,2.0]``.
         threshold_low: Boundary success at or below which the boundary moves in.
         threshold_high: Boundary success at or above which it moves out.
         buffer: Outcomes collected at a boundary before they are read.
@@ -73,25 +83,37 @@ class AdrConfig:
             params[name] = AdrParamConfig(**value)
         self.params = params
 
-    def check(self, task: str) -> None:
-        """Validate against ``task``'s scene; every error names the key and the value.
+    def check(self, task: str, imperfections: Mapping[str, Any] | None = None) -> None:
+        """Validate against ``task``'s scene and its configured imperfections
+        (``task.imperfections``); every error names the key and the value.
 
         Raises:
-            ConfigError: An unknown range, bounds the randomisation block refuses, thresholds,
-                buffer or probability out of range, or ``enabled`` without ``params``.
+            ConfigError: An unknown range, bounds the randomisation block refuses, an
+                imperfection that is off or not continuous, a negative imperfection bound,
+                thresholds, buffer or probability out of range, or ``enabled`` without
+                ``params``.
         """
         if not self.enabled:
             return
         check(bool(self.params), "adr.enabled=true with no adr.params: name the ranges to "
                                  f"widen, e.g. adr.params.friction.bounds=[0.5,2.0] "
-                                 f"(ranges: {list(RANGE_KEYS)})")
+                                 f"(ranges: {list(RANGE_KEYS)}; imperfections: "
+                                 f"{list(SCALABLE)})")
         env = tasks.make(task)
         present = env.unwrapped.randomization_ranges()
         env.close()
         for name, param in self.params.items():
+            if name in SCALABLE:
+                _check_imperfection(name, param, dict(imperfections or {}))
+                continue
+            check(name not in DISCRETE_IMPERFECTIONS,
+                  f"adr.params.{name} (bounds {list(param.bounds)}): ADR does not scale "
+                  f"{name} (whole steps or a per-frame event, not a noise level); it scales "
+                  f"the continuous imperfections {list(SCALABLE)}")
             check(name in present,
                   f"adr.params.{name}: not a randomisation range of task {task!r}; its ranges "
-                  f"are {list(present)}")
+                  f"are {list(present)}, and the imperfections ADR scales are "
+                  f"{list(SCALABLE)}")
             try:
                 check_range(name, param.bounds)
             except ValueError as error:
@@ -109,3 +131,20 @@ class AdrConfig:
             {name: param.parameter() for name, param in self.params.items()},
             threshold_low=self.threshold_low, threshold_high=self.threshold_high,
             buffer=self.buffer, boundary_prob=self.boundary_prob, seed=seed)
+
+
+def _check_imperfection(name: str, param: AdrParamConfig, levels: dict[str, Any]) -> None:
+    """``adr.params.<name>`` of an imperfection: a scale of ``task.imperfections.<name>``,
+    which must be on, with ``0 <= min <= max`` (control jitter: ``level * max < 1``)."""
+    level = levels.get(name, 0.0)
+    check(isinstance(level, (int, float)) and level > 0,
+          f"adr.params.{name}: task.imperfections.{name}={level!r} is off, so there is no "
+          f"level to scale; set task.imperfections.{name} > 0 (the level ADR's scale 1 plays)")
+    bounds = list(param.bounds)
+    check(len(bounds) == 2 and all(isinstance(b, (int, float)) and math.isfinite(b)
+                                   for b in bounds) and 0 <= bounds[0] <= bounds[1],
+          f"adr.params.{name}.bounds={bounds}; expected a scale range [min, max] with "
+          "0 <= min <= max (a scale of the configured level; 0 turns it off)")
+    check(name != "control_jitter" or level * bounds[1] < 1,
+          f"adr.params.{name}.bounds={bounds}: max {bounds[1]} times task.imperfections."
+          f"{name}={level} must stay below 1 (a fraction of the control period)")

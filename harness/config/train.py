@@ -233,7 +233,7 @@ class TrainConfig:
         self._check_batch()
         self._check_curriculum()
         self._check_seed_ranges()
-        self.adr.check(self.task.name)
+        self.adr.check(self.task.name, self.task.imperfections)
 
     def _check_detector(self) -> None:
         check(bool(self.detector.get("name")),

@@ -1,5 +1,6 @@
 """Automatic domain randomisation (ADR; OpenAI et al. 2019, "Solving Rubik's Cube with a Robot
-Hand", section 5) over the scale ranges of the task's randomisation block.
+Hand", section 5) over the scale ranges of the task's randomisation block and the scales of its
+continuous imperfection levels.
 
 Each parameter has a range ``[low, high]`` that starts at ``initial`` and stays inside hard
 ``bounds``. Every episode (the group trainer: every group, whose G attempts share one
@@ -14,8 +15,10 @@ of that (parameter, boundary). Once the buffer holds ``buffer`` outcomes, their 
 * ``s <= threshold_low``: it moves in by ``step``, never past the other boundary.
 
 Episodes that pin nothing train on the current ranges and teach ADR nothing. The ranges reach
-the environment as the reset option ``{"randomization": {name: (low, high)}}``
-(``tasks.RandomizationConfig.with_ranges``); held-out evaluation never gets it.
+the environment as reset options: ``{"randomization": {name: (low, high)}}`` for the
+randomisation ranges (``tasks.RandomizationConfig.with_ranges``) and ``{"imperfections": {name:
+(low, high)}}`` for the scales of the imperfections of ``tasks.wrappers.SCALABLE`` (a scale
+multiplies the configured level; ``tasks.wrappers``). Held-out evaluation never gets them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from harness.curriculum.base import Seed, check_unit
+from tasks.wrappers import SCALABLE
 
 SIDES = ("low", "high")
 ADR_STREAM = 2_019  # ADR's generator: [seed, ADR_STREAM], apart from the curriculum's
@@ -133,8 +137,15 @@ class AutomaticDomainRandomization:
 
     @staticmethod
     def reset_options(episode: AdrEpisode) -> dict[str, Any]:
-        """Gymnasium reset options that play ``episode``'s ranges."""
-        return {"randomization": dict(episode.ranges)}
+        """Gymnasium reset options that play ``episode``'s ranges: ``randomization`` with the
+        randomisation ranges, and ``imperfections`` with the imperfection scales when ADR has
+        any (names from ``tasks.wrappers.SCALABLE``)."""
+        options: dict[str, Any] = {"randomization": {
+            name: r for name, r in episode.ranges.items() if name not in SCALABLE}}
+        imperfections = {name: r for name, r in episode.ranges.items() if name in SCALABLE}
+        if imperfections:
+            options["imperfections"] = imperfections
+        return options
 
     def update(self, episode: AdrEpisode, successes: Sequence[bool | float]) -> None:
         """Record the outcomes of ``episode``; a boundary whose buffer is full moves.
