@@ -30,7 +30,8 @@ def main(cfg: DictConfig) -> None:
     start = time.perf_counter()
     splits = data.build_dataset(config)
     path = data.write_dataset(out, splits, task=config.task, camera=config.camera,
-                              config=data.config_dict(config))
+                              config=data.config_dict(config),
+                              camera_mounts=data.camera_mounts(config.task, config.camera))
     summary = data.dataset_summary(splits, config.hard_margin)
 
     table = Table(title=f"{config.task} detector frames ({config.camera}, {config.image_size}px)")

@@ -7,7 +7,13 @@ Reads each file's ``split`` (``test`` by default) at the checkpoint's threshold 
 accuracy, precision, recall, ROC-AUC and false-positive rate, and each file's drop from the first
 (the reference: the held-out episodes of the training collection). Writes every file's metrics to
 ``out`` (default ``<checkpoint stem>_evaluation.json`` beside the checkpoint). A held-out visual
-domain is collected with ``scripts/collect_detector_data.py ... visual_domain=held_out``.
+domain is collected with ``scripts/collect_detector_data.py ... visual_domain=held_out``. A file
+whose recorded camera mounts differ from the checkpoint's is refused (where either records none,
+they are not compared).
+
+``choose_threshold={target_precision: 0.98, conservative: false}`` first chooses the threshold
+again on the first file's ``val`` split (the rule of training, without training again) and reads
+every file at that one; ``threshold=0.7`` reads them at a given one.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ from rich.table import Table
 
 from common.files import write_json
 from success_detectors import load_detector
-from success_detectors.evaluation import DROP_KEYS, evaluate_on_file, metric_drops
+from success_detectors.evaluation import (
+    DROP_KEYS,
+    evaluate_on_file,
+    metric_drops,
+    threshold_on_file,
+)
 
 
 @hydra.main(config_path="../conf", config_name="evaluate_detector", version_base="1.3")
@@ -29,6 +40,20 @@ def main(cfg: DictConfig) -> None:
     if not cfg.data:
         raise ValueError("data=[...] is empty; give at least one detector data file")
     detector = load_detector(cfg.checkpoint, threshold=cfg.threshold)
+    chosen = None
+    if cfg.choose_threshold is not None:
+        if cfg.threshold is not None:
+            raise ValueError(f"threshold={cfg.threshold} and choose_threshold="
+                             f"{dict(cfg.choose_threshold)}: give one of them")
+        unknown = sorted(set(cfg.choose_threshold) - {"target_precision", "conservative"})
+        if unknown:
+            raise ValueError(f"choose_threshold: unknown key(s) {unknown}; expected "
+                             "target_precision, conservative")
+        chosen = threshold_on_file(detector, cfg.data[0], "val", **cfg.choose_threshold)
+        detector = load_detector(cfg.checkpoint, threshold=chosen.threshold)
+        print(f"threshold {chosen.threshold:.4f} chosen on {cfg.data[0]} (val): precision "
+              f"{chosen.precision:.4f}, recall {chosen.recall:.4f}, target "
+              f"{'reached' if chosen.reached else 'not reached'}")
     results = [evaluate_on_file(detector, path, cfg.split, cfg.hard_margin) for path in cfg.data]
     for result in results[1:]:
         result["drop"] = metric_drops(results[0], result)
@@ -47,6 +72,10 @@ def main(cfg: DictConfig) -> None:
     checkpoint = Path(cfg.checkpoint)
     out = Path(cfg.out) if cfg.out else checkpoint.with_name(f"{checkpoint.stem}_evaluation.json")
     write_json(out, {"checkpoint": str(checkpoint), "threshold": detector.threshold,
+                     "threshold_chosen": None if chosen is None else {
+                         "on": f"{cfg.data[0]} (val)", **dict(cfg.choose_threshold),
+                         "val_precision": chosen.precision, "val_recall": chosen.recall,
+                         "reached": chosen.reached},
                      "results": results})
     print(f"wrote {out}")
 

@@ -6,7 +6,9 @@ usage: python scripts/train_detector.py data=data/detectors/push_front_84.h5
 Writes ``<out_dir>/<task>_<camera>.pt`` (the checkpoint, with the threshold chosen on the
 validation split for ``train.target_precision``), ``<task>_<camera>_metrics.json`` (test-split
 accuracy, precision, recall, f1, roc_auc, ece, threshold, confusion matrix) and
-``<task>_<camera>_worst_errors.png`` (the most confident false positives and negatives).
+``<task>_<camera>_worst_errors.png`` (the most confident false positives and negatives). The
+checkpoint keeps the data file's camera mounts; a file whose mounts differ from where this code
+mounts the cameras is refused (re-collect it), and one that records none trains with a warning.
 """
 
 from __future__ import annotations

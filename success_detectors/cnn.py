@@ -10,15 +10,22 @@ so the test metrics count these errors. The network itself is :mod:`success_dete
 
 **Checkpoint** (``torch.save`` of plain values, loaded with ``weights_only=True``): ``format``,
 ``version``, ``task``, ``camera``, ``image_size``, ``threshold``, ``normalisation`` (per-channel
-``mean`` and ``std`` in 0..255 units), ``architecture``, ``state_dict`` and ``training`` (a summary
-of how it was trained). It is written to a temporary file and renamed over the target, so a crash
-never leaves a partial checkpoint where a good one was.
+``mean`` and ``std`` in 0..255 units), ``architecture``, ``state_dict``, ``training`` (a summary
+of how it was trained) and, when the training data recorded them, ``camera_mounts`` (where each
+view's camera was mounted on the frames it learnt from: a list of ``{"camera", "body", "pos",
+"quat", "fovy"}``, :meth:`tasks.rendering.Cameras.mounts`; absent in older checkpoints). It is
+written to a temporary file and renamed over the target, so a crash never leaves a partial
+checkpoint where a good one was.
+
+**Camera mounts.** A detector reads frames of one camera mount: moved, the same camera name shows
+another image. :meth:`CNNDetector.check_camera_mounts` refuses an env that mounts the camera
+elsewhere than the checkpoint records, and warns when the checkpoint records no mounts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +34,7 @@ import numpy as np
 import torch
 
 from common.files import atomic_path
-from success_detectors.base import SuccessDetector, check_threshold
+from success_detectors.base import SuccessDetector, check_recorded_mounts, check_threshold
 from success_detectors.network import Architecture, SpatialSoftmax, SuccessCNN, predict_pixels
 
 __all__ = [  # the detector, its checkpoints, and the network's names this module re-exports
@@ -103,6 +110,9 @@ class CNNDetector(SuccessDetector):
         threshold: Probability at or above which a frame counts as success.
         training_summary: How it was trained (plain values, kept in the checkpoint).
         batch_size: Frames per forward pass in :meth:`predict_proba`.
+        camera_mounts: Where the camera was mounted on the frames it learnt from
+            (``TaskEnv.camera_mounts``), or ``None`` where unknown.
+        checkpoint_path: The file it was loaded from, named in errors; ``None`` if not loaded.
     """
 
     requires: ClassVar[tuple[str, ...]] = ("pixels",)
@@ -116,6 +126,8 @@ class CNNDetector(SuccessDetector):
         threshold: float = 0.5,
         training_summary: Mapping[str, Any] | None = None,
         batch_size: int = 256,
+        camera_mounts: Sequence[Mapping[str, Any]] | None = None,
+        checkpoint_path: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(threshold=threshold, task=task, camera=camera, image_size=int(image_size))
         views = len(camera.split("+"))
@@ -125,6 +137,32 @@ class CNNDetector(SuccessDetector):
         self.model = model.eval()
         self.training_summary = dict(training_summary or {})
         self.batch_size = int(batch_size)
+        self.camera_mounts = None if camera_mounts is None else [dict(m) for m in camera_mounts]
+        self.checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
+
+    @property
+    def origin(self) -> str:
+        """How messages name this detector: by its checkpoint file, else its task and camera."""
+        if self.checkpoint_path is not None:
+            return f"detector checkpoint {self.checkpoint_path}"
+        return f"the {self.task} detector on camera {self.camera!r}"
+
+    def check_camera_mounts(self, mounts: Sequence[Mapping[str, Any]]) -> None:
+        """Refuse an env that mounts this detector's camera elsewhere than on the frames it was
+        trained on; warn when the checkpoint predates recorded mounts.
+
+        Args:
+            mounts: ``env.unwrapped.camera_mounts(self.camera)``.
+
+        Raises:
+            ValueError: The mounts differ; names the checkpoint, each view and field, and both
+                values.
+        """
+        check_recorded_mounts(
+            self.camera_mounts, mounts, source=self.origin, expected_from="this env",
+            fix=f"retrain it on frames of this camera (scripts/collect_detector_data.py "
+                f"task={self.task} task.camera={self.camera}, then scripts/train_detector.py)",
+        )
 
     def predict_proba(self, batch: Mapping[str, Any]) -> np.ndarray:
         self._require(batch)
@@ -136,6 +174,7 @@ class CNNDetector(SuccessDetector):
         return save_checkpoint(
             path, self.model, task=self.task, camera=self.camera, image_size=self.image_size,
             threshold=self.threshold, training_summary=self.training_summary,
+            camera_mounts=self.camera_mounts,
         )
 
 
@@ -157,8 +196,10 @@ def save_checkpoint(
     image_size: int,
     threshold: float,
     training_summary: Mapping[str, Any] | None = None,
+    camera_mounts: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Write a CNN detector checkpoint atomically (see the module docstring for its keys)."""
+    """Write a CNN detector checkpoint atomically (see the module docstring for its keys);
+    ``camera_mounts`` ``None`` (unknown) leaves that key out."""
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -175,6 +216,8 @@ def save_checkpoint(
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
         "training": dict(training_summary or {}),
     }
+    if camera_mounts is not None:
+        checkpoint["camera_mounts"] = [dict(m) for m in camera_mounts]
     return write_atomically(path, lambda temp: torch.save(checkpoint, temp))
 
 
@@ -251,4 +294,5 @@ def load_detector(
         image_size=checkpoint["image_size"],
         threshold=checkpoint["threshold"] if threshold is None else threshold,
         training_summary=checkpoint.get("training"),
+        camera_mounts=checkpoint.get("camera_mounts"), checkpoint_path=path,
     )

@@ -8,7 +8,9 @@ policies of :mod:`success_detectors.episode_policies`), split by episode and cla
 **HDF5 layout** (one file per task and camera)::
 
     /            attrs: format, version, task, camera, image_size, policies, config (JSON),
-                 mining (JSON list, one record per round of hard-negative mining; absent if none)
+                 mining (JSON list, one record per round of hard-negative mining; absent if none),
+                 camera_mounts (JSON list, where each view's camera was mounted when the frames
+                 were rendered, ``env.unwrapped.camera_mounts``; absent in older files)
     /<split>/    train, val, test; datasets with one row per frame:
         pixels      uint8 (N, H, W, 3) RGB
         label       bool  (N,)   scripted success
@@ -56,8 +58,9 @@ from success_detectors.frames import (
 
 __all__ = [
     "COLUMNS", "DATA_FORMAT", "DATA_VERSION", "IMAGE_SUFFIXES", "NEAR_STEP", "POLICIES", "SPLITS",
-    "CollectConfig", "FrameSet", "balance_classes", "build_dataset", "collect_episode",
-    "collect_frames", "config_dict", "dataset_summary", "empty_frames", "load_image_folder",
+    "CollectConfig", "FrameSet", "balance_classes", "build_dataset", "camera_mounts",
+    "collect_episode", "collect_frames", "config_dict", "dataset_summary", "empty_frames",
+    "load_image_folder",
     "read_attrs", "read_dataset", "read_split", "split_episodes", "split_frames",
     "success_margin", "write_dataset",
 ]
@@ -71,11 +74,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 def write_dataset(
     path: str | os.PathLike, splits: Mapping[str, FrameSet], *, task: str, camera: str,
     config: Mapping[str, Any] | None = None, mining: list[dict[str, Any]] | None = None,
+    camera_mounts: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write the splits to an HDF5 file atomically (layout in the module docstring).
 
     ``mining`` lists the rounds of hard-negative mining whose frames the train split holds
-    (:mod:`success_detectors.mining`).
+    (:mod:`success_detectors.mining`); ``camera_mounts`` records where the frames' cameras were
+    mounted (:func:`camera_mounts`).
     """
     import h5py
 
@@ -95,6 +100,8 @@ def write_dataset(
             })
             if mining:
                 file.attrs["mining"] = json.dumps(list(mining))
+            if camera_mounts is not None:
+                file.attrs["camera_mounts"] = json.dumps(list(camera_mounts))
             for name in SPLITS:
                 part, group = splits[name], file.create_group(name)
                 if len(part):
@@ -106,6 +113,18 @@ def write_dataset(
                     group.create_dataset(column, data=getattr(part, column))
 
     return write_atomically(path, write)
+
+
+def camera_mounts(task: str, camera: str) -> list[dict[str, Any]]:
+    """Where the task's scene mounts each view of ``camera``, as this code builds it (one
+    ``{"camera", "body", "pos", "quat", "fovy"}`` per view; ``TaskEnv.camera_mounts``)."""
+    import tasks
+
+    env = tasks.make(task, obs_mode="state")
+    try:
+        return env.unwrapped.camera_mounts(camera)
+    finally:
+        env.close()
 
 
 def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
@@ -131,6 +150,14 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
         attrs["config"] = json.loads(attrs.get("config", "{}"))
         attrs["policies"] = json.loads(attrs.get("policies", "[]"))
         attrs["mining"] = json.loads(attrs.get("mining", "[]"))
+        attrs["camera_mounts"] = (json.loads(attrs["camera_mounts"])
+                                  if "camera_mounts" in attrs else None)
+        mounts = attrs["camera_mounts"]
+        if mounts is not None and not (isinstance(mounts, list) and all(
+                isinstance(m, dict) and {"camera", "body", "pos", "quat", "fovy"} <= set(m)
+                for m in mounts)):
+            raise ValueError(f"camera_mounts={mounts!r}; expected a list of "
+                             "{camera, body, pos, quat, fovy} records, one per view")
         attrs["image_size"] = int(attrs["image_size"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"{path}: a malformed root attribute ({error})") from None

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from success_detectors.frames import FrameSet
-from success_detectors.metrics import binary_metrics, errors_by_margin, ratio_or_nan
+from success_detectors.metrics import (
+    ThresholdChoice,
+    binary_metrics,
+    errors_by_margin,
+    ratio_or_nan,
+    select_threshold,
+)
 from success_detectors.network import SuccessCNN, predict_pixels
 
 
@@ -93,8 +99,47 @@ def evaluate_on_file(detector, path: str | os.PathLike, split: str = "test",
         :func:`evaluate`'s metrics plus ``data``, ``split`` and the file's ``randomization``.
 
     Raises:
-        ValueError: The file's task, camera or image size differ from the detector's, or the
-            split is empty.
+        ValueError: The file's task, camera or image size differ from the detector's, both
+            record camera mounts and these differ, or the split is empty. (Where either records
+            no mounts, they are not compared.)
+    """
+    from success_detectors.base import check_recorded_mounts
+    from success_detectors.data import read_attrs, read_split
+
+    attrs = read_attrs(path)
+    for key in ("task", "camera", "image_size"):
+        if attrs[key] != getattr(detector, key):
+            raise ValueError(f"{path} holds frames with {key}={attrs[key]!r}; the detector "
+                             f"reads {key}={getattr(detector, key)!r}")
+    if attrs["camera_mounts"] is not None and detector.camera_mounts is not None:
+        check_recorded_mounts(
+            attrs["camera_mounts"], detector.camera_mounts, source=f"detector data file {path}",
+            expected_from=f"the frames {detector.origin} was trained on",
+            fix="evaluate on data collected with the cameras the detector was trained with, or "
+                "retrain it on frames of these",
+        )
+    frames = read_split(path, split)
+    if len(frames) == 0:
+        raise ValueError(f"{path} has no frames in its {split!r} split")
+    metrics, _ = evaluate(detector.model, frames, detector.threshold, hard_margin)
+    return {**metrics, "data": str(path), "split": split,
+            "randomization": attrs["config"].get("randomization", {})}
+
+
+def threshold_on_file(detector, path: str | os.PathLike, split: str = "val",
+                      target_precision: float = 0.98,
+                      conservative: bool = True) -> ThresholdChoice:
+    """Choose a trained detector's threshold again, on one split of a data file, by the rule of
+    training (:func:`~success_detectors.metrics.select_threshold`), without training again:
+    the network's weights do not depend on the threshold.
+
+    With ``conservative`` (training's default) the 95% lower bound of the split's precision must
+    reach ``target_precision``; without it, the measured precision must. Choose on ``val`` (the
+    split training chose on) and read the result on ``test``, never on the split it was chosen on.
+
+    Raises:
+        ValueError: The file does not fit the detector, the split is empty or has no positive
+            frame, or a target outside (0, 1].
     """
     from success_detectors.data import read_attrs, read_split
 
@@ -105,10 +150,9 @@ def evaluate_on_file(detector, path: str | os.PathLike, split: str = "test",
                              f"reads {key}={getattr(detector, key)!r}")
     frames = read_split(path, split)
     if len(frames) == 0:
-        raise ValueError(f"{path} has no frames in its {split!r} split")
-    metrics, _ = evaluate(detector.model, frames, detector.threshold, hard_margin)
-    return {**metrics, "data": str(path), "split": split,
-            "randomization": attrs["config"].get("randomization", {})}
+        raise ValueError(f"{path} has no frames in its {split!r} split to choose a threshold on")
+    probs = predict_pixels(detector.model, frames.pixels)
+    return select_threshold(frames.label, probs, target_precision, conservative)
 
 
 def metric_drops(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:

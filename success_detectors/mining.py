@@ -11,6 +11,10 @@ see how many false positives are left. Rollouts come from the episode policies o
 only; ``val`` and ``test`` are copied unchanged, so the threshold is still chosen, and the
 detector still measured, on the episodes held out at collection. Each round is recorded in the
 file's ``mining`` attribute (checkpoint, threshold, episode ids, counts).
+
+**Camera mounts.** The fresh frames are rendered by this code's cameras, so the data file and
+the checkpoint must record the mounts this code builds (a mismatch is an error; a file or
+checkpoint that records none passes with a warning); the enlarged file keeps the data file's.
 """
 
 from __future__ import annotations
@@ -221,13 +225,19 @@ def mine_hard_negatives(config: MineConfig, first_episode: int, progress: bool =
         policy_loader: Loads ``config.policy_run``'s policy (required with it).
 
     Raises:
-        ValueError: ``config.policy_run`` without a ``policy_loader``.
+        ValueError: ``config.policy_run`` without a ``policy_loader``, or a checkpoint trained
+            on frames of its camera mounted elsewhere than this code mounts it.
     """
     from tqdm import tqdm
+
+    from success_detectors.cnn import load_detector
+    from success_detectors.data import camera_mounts
 
     if config.policy_run is not None and policy_loader is None:
         raise ValueError(f"policy_run={config.policy_run!r} needs a policy_loader "
                          "(scripts/mine_hard_negatives.py passes the harness's)")
+    detector = load_detector(config.checkpoint)
+    detector.check_camera_mounts(camera_mounts(detector.task, detector.camera))
 
     episodes = list(range(first_episode, first_episode + config.episodes))
     chunk = max(1, min(10, config.episodes // (4 * config.workers)))
@@ -255,7 +265,7 @@ def mine_hard_negatives(config: MineConfig, first_episode: int, progress: bool =
 def append_to_train(data: str | os.PathLike, out: str | os.PathLike, mined: FrameSet,
                     record: dict[str, Any]) -> Path:
     """Write ``data`` to ``out`` with ``mined`` appended to its train split (val and test as
-    they were) and ``record`` appended to its ``mining`` attribute.
+    they were), ``record`` appended to its ``mining`` attribute and its camera mounts kept.
 
     Raises:
         ValueError: A mined episode id already in the file (it could be a val or test episode),
@@ -274,7 +284,8 @@ def append_to_train(data: str | os.PathLike, out: str | os.PathLike, mined: Fram
         raise ValueError(f"mined frames are {mined.pixels.shape[1:]}; {data} holds {shape}")
     splits["train"] = FrameSet.concatenate([splits["train"], mined], shape)
     return write_dataset(out, splits, task=attrs["task"], camera=attrs["camera"],
-                         config=attrs["config"], mining=[*attrs.get("mining", []), record])
+                         config=attrs["config"], mining=[*attrs.get("mining", []), record],
+                         camera_mounts=attrs["camera_mounts"])
 
 
 def first_new_episode(data: str | os.PathLike) -> int:
@@ -293,10 +304,12 @@ def mine_round(config: MineConfig, progress: bool = True,
     ``policy_loader`` loads ``config.policy_run``'s policy (:func:`mine_hard_negatives`).
 
     Raises:
-        ValueError: The checkpoint's task, camera or image size differ from the data file's.
+        ValueError: The checkpoint's task, camera or image size differ from the data file's, or
+            the data file or checkpoint records camera mounts other than this code's.
     """
     from success_detectors.cnn import load_detector
     from success_detectors.data import config_dict, read_attrs
+    from success_detectors.training import check_data_mounts
 
     attrs = read_attrs(config.data)
     detector = load_detector(config.checkpoint, task=str(attrs["task"]),
@@ -304,6 +317,7 @@ def mine_round(config: MineConfig, progress: bool = True,
     if detector.image_size != attrs["image_size"]:
         raise ValueError(f"{config.checkpoint} reads {detector.image_size}px frames; "
                          f"{config.data} holds {attrs['image_size']}px")
+    check_data_mounts(config.data, detector.task, detector.camera)
     first = first_new_episode(config.data)
     result = mine_hard_negatives(config, first, progress, policy_loader)
     record = {

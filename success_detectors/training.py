@@ -12,7 +12,10 @@ success/failure) with what a verifier for RL needs on top:
    (default 0.98, because false positives are what RL learns to exploit), i.e. the most recall
    the target allows (:func:`select_threshold`); by default the 95% lower confidence bound of
    the validation precision must reach it, so that the precision holds on unseen episodes.
-5. **Metrics** on the held-out test split (:func:`binary_metrics`): accuracy, precision, recall,
+5. **Camera mounts**: an HDF5 file's recorded mounts must be where this code mounts the cameras
+   (:func:`check_data_mounts`); the checkpoint keeps them, so that the detector is refused
+   wherever its camera has moved since.
+6. **Metrics** on the held-out test split (:func:`binary_metrics`): accuracy, precision, recall,
    F1, ROC-AUC, expected calibration error and the confusion matrix.
 
 The parts live by job: :mod:`~success_detectors.metrics` (pure functions),
@@ -23,6 +26,7 @@ files, and re-exports their public names.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +37,7 @@ import torch
 
 from common.files import contained_path, write_json
 from success_detectors.augmentation import Augmentation
-from success_detectors.base import check_names
+from success_detectors.base import check_names, check_recorded_mounts
 from success_detectors.cnn import CNNDetector
 from success_detectors.evaluation import evaluate, worst_errors_figure
 from success_detectors.fitting import FitResult, TrainConfig, fit, normalisation_of
@@ -51,9 +55,9 @@ from success_detectors.network import predict_pixels
 
 __all__ = [
     "MARGIN_BINS_CM", "Augmentation", "FitResult", "ThresholdChoice", "TrainConfig",
-    "TrainDetectorConfig", "TrainDetectorResult", "binary_metrics", "errors_by_margin",
-    "evaluate", "expected_calibration_error", "fit", "load_splits", "normalisation_of",
-    "roc_auc", "select_threshold", "train_detector", "worst_errors_figure",
+    "TrainDetectorConfig", "TrainDetectorResult", "binary_metrics", "check_data_mounts",
+    "errors_by_margin", "evaluate", "expected_calibration_error", "fit", "load_splits",
+    "normalisation_of", "roc_auc", "select_threshold", "train_detector", "worst_errors_figure",
 ]
 
 
@@ -130,16 +134,48 @@ def load_splits(config: TrainDetectorConfig) -> tuple[dict[str, FrameSet], str, 
     return splits, config.task, config.camera, image_size
 
 
+def check_data_mounts(path: str | os.PathLike, task: str, camera: str) -> list[dict] | None:
+    """The camera mounts a detector data file records, checked against where this code mounts
+    ``task``'s ``camera`` (:func:`success_detectors.data.camera_mounts`).
+
+    Returns:
+        The recorded mounts, or ``None`` for a file collected before they were recorded.
+
+    Raises:
+        ValueError: They differ (the frames show cameras mounted elsewhere); names the file,
+            each view and field, and both values.
+
+    Warns:
+        UserWarning: The file records none, so they cannot be checked.
+    """
+    from success_detectors import data
+
+    recorded = data.read_attrs(path)["camera_mounts"]
+    check_recorded_mounts(
+        recorded, data.camera_mounts(task, camera), source=f"detector data file {path}",
+        expected_from="the scene this code builds",
+        fix=f"re-collect the data (scripts/collect_detector_data.py task={task} "
+            f"task.camera={camera})",
+    )
+    return recorded
+
+
 def train_detector(config: TrainDetectorConfig, progress: bool = True) -> TrainDetectorResult:
     """Train, pick the threshold on val, evaluate on test, and write the run's files.
 
     Writes, in ``out_dir``, ``<task>_<camera>.pt`` (atomically), ``<task>_<camera>_metrics.json``
     (test-split metrics at the top level, plus ``val``, ``training`` and ``config`` sections) and
     ``<task>_<camera>_worst_errors.png``.
+
+    Raises:
+        ValueError: An HDF5 file whose camera mounts differ from this code's
+            (:func:`check_data_mounts`), or a split without both classes.
     """
     torch.set_num_threads(config.train.threads)
     splits, task, camera, image_size = load_splits(config)
     check_names(task, camera, config.data or "task=/camera=")
+    # Photos (image_dir) record no mounts: nothing to check, and the checkpoint keeps none.
+    camera_mounts = None if config.data is None else check_data_mounts(config.data, task, camera)
     for name in ("train", "val", "test"):
         counts = splits[name].class_counts()
         if min(counts.values()) == 0:
@@ -163,7 +199,8 @@ def train_detector(config: TrainDetectorConfig, progress: bool = True) -> TrainD
         "frames": {name: len(part) for name, part in splits.items()},
     }
     detector = CNNDetector(result.model, task=task, camera=camera, image_size=image_size,
-                           threshold=choice.threshold, training_summary=_plain(summary))
+                           threshold=choice.threshold, training_summary=_plain(summary),
+                           camera_mounts=camera_mounts)
     out_dir, stem = Path(config.out_dir), f"{task}_{camera}"
     checkpoint = detector.save(contained_path(out_dir, f"{stem}.pt"))
     figure = worst_errors_figure(out_dir / f"{stem}_worst_errors.png", splits["test"],

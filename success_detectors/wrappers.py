@@ -95,8 +95,10 @@ class VerifierWrapper(gym.Wrapper):
         camera: Camera the detector reads; defaults to the detector's own, else the env's.
 
     Raises:
-        ValueError: Unknown ``when``/``mode``, termination asked with ``when="final"``, or a
-            detector made for another task or camera than the env offers.
+        ValueError: Unknown ``when``/``mode``, termination asked with ``when="final"``, a
+            detector made for another task or camera than the env offers, or one trained on
+            frames of that camera mounted elsewhere (:meth:`SuccessDetector.check_camera_mounts`;
+            a checkpoint that records no mounts is let through with a warning).
     """
 
     def __init__(
@@ -131,6 +133,8 @@ class VerifierWrapper(gym.Wrapper):
                 not set(camera_views(self.camera)) <= set(base.camera_names):
             raise ValueError(f"camera={self.camera!r} is not in this env; it has "
                              f"{list(base.camera_names)}")
+        if "pixels" in detector.requires:
+            detector.check_camera_mounts(base.camera_mounts(self.camera))
         if detector.task is not None and base.config.terminate_on_success:
             warnings.warn(
                 "the env ends episodes on ground-truth success (terminate_on_success=True), so "

@@ -69,11 +69,13 @@ class ManipulationEnv(gym.Env):
     **Reset options**: ``difficulty`` (float in [0, 1] or a dict of the task's named levels),
     ``snapshot`` (restore exactly), ``instruction`` (override the text; must use the task's
     vocabulary), ``randomization`` (this episode's randomisation ranges, e.g. from ADR:
-    ``RandomizationConfig.with_ranges``) and ``noise_key`` (read by :mod:`tasks.wrappers`).
+    ``RandomizationConfig.with_ranges``), ``noise_key`` and ``imperfections`` (this episode's
+    scales of the imperfection levels, e.g. from ADR; both read by :mod:`tasks.wrappers`).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 25}
-    reset_option_keys = ("difficulty", "snapshot", "instruction", "randomization", "noise_key")
+    reset_option_keys = ("difficulty", "snapshot", "instruction", "randomization", "noise_key",
+                         "imperfections")
 
     def __init__(self, task: Task, config: TaskConfig, render_mode: str | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
@@ -250,6 +252,10 @@ class ManipulationEnv(gym.Env):
         size = int(size or self.config.image_size)
         return self._cameras.render_views(self.data, camera, size,
                                           quality or self.config.render_quality)
+
+    def camera_mounts(self, camera: str) -> list[dict]:
+        """Where each view of ``camera`` is mounted as built (:meth:`Cameras.mounts`)."""
+        return self._cameras.mounts(camera)
 
     def close(self) -> None:
         self._cameras.close()

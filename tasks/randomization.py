@@ -64,6 +64,8 @@ class RandomizationConfig:
             table (RGB units). Off: 0.
         textures: Procedural textures on the table and the floor: one of the textures built
             with the model (:mod:`tasks.textures`) and a tiling scale in [1, 4] per reset.
+        texture_set: Which set of textures is built (an integer >= 0; each set is drawn from
+            its own seed). Train on set 0 and test on set 1 for textures never seen in training.
     """
 
     enabled: bool = False
@@ -81,6 +83,7 @@ class RandomizationConfig:
     table_colour: float = 0.0
     background_colour: float = 0.0
     textures: bool = False
+    texture_set: int = 0
 
     def __post_init__(self) -> None:
         for name in RANGE_KEYS:
@@ -103,6 +106,10 @@ class RandomizationConfig:
                 raise ValueError(f"randomization.light_count={self.light_count!r}; expected "
                                  f"two integers 0 <= low <= high <= {MAX_LIGHTS}, or null")
             object.__setattr__(self, "light_count", count)
+        if isinstance(self.texture_set, bool) or not isinstance(self.texture_set, int) \
+                or self.texture_set < 0:
+            raise ValueError(f"randomization.texture_set={self.texture_set!r}; expected an "
+                             "integer >= 0")
         for name in ("enabled", "textures"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"randomization.{name}={getattr(self, name)!r}; expected true "

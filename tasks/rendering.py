@@ -140,6 +140,37 @@ class Cameras:
             mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)
         )
         self._renderers: dict[tuple[int, int, str], CameraRenderer] = {}
+        # Each camera's mount as built, before any randomisation moves it: the body it rides
+        # on, its pose in that body's frame (metres, unit quaternion wxyz) and its vertical field
+        # of view (degrees). Rounded so that the same code gives equal records on any machine.
+        self._mounts = {
+            name: {
+                "body": mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY,
+                                          int(model.cam_bodyid[i])) or "world",
+                "pos": [round(float(v), 6) for v in model.cam_pos[i]],
+                # q and -q are one orientation: record the one with w >= 0
+                "quat": [round(float(v), 6) + 0.0 for v in
+                         np.copysign(1.0, model.cam_quat[i][0]) * model.cam_quat[i]],
+                "fovy": round(float(model.cam_fovy[i]), 4),
+            }
+            for i, name in enumerate(self.names)
+        }
+
+    def mounts(self, camera: str) -> list[dict]:
+        """Where each view of ``camera`` (``"front+wrist"``) is mounted, as built: one
+        ``{"camera", "body", "pos", "quat", "fovy"}`` per view, left to right.
+
+        Detector data and checkpoints record it, so that a detector trained on frames of a
+        camera mounted elsewhere (an older scene, another cell) is refused rather than misread.
+
+        Raises:
+            ValueError: A name that is not one of the model's cameras.
+        """
+        views = camera_views(camera)
+        unknown = [view for view in views if view not in self.names]
+        if unknown:
+            raise ValueError(f"camera={camera!r}: {unknown} not among {self.names}")
+        return [{"camera": view, **self._mounts[view]} for view in views]
 
     def render(self, data, camera: str | int, height: int, width: int, quality: str) -> np.ndarray:
         """One ``uint8 (height, width, 3)`` frame from one camera (name or id)."""

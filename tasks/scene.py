@@ -17,6 +17,8 @@ TABLE_HALF = (0.45, 0.45, 0.025)
 CUBE_HALF = 0.02
 FINGER_OPEN = 0.055  # joint position of a fully open finger (inner face at 0.049 m)
 FINGER_CLOSED = 0.004
+WRIST_CAMERA_POS = (-0.08, 0.0, 0.09)  # in the gripper's frame, beside the palm's narrow side
+WRIST_CAMERA_TARGET = (0.02, 0.0, -0.02)  # just beyond the grasp point, near the table
 PARK_Z = -0.25  # height under the table where unused objects wait, held by a weld
 
 COLOURS: dict[str, tuple[float, float, float, float]] = {
@@ -159,9 +161,12 @@ def add_gripper(spec: mujoco.MjSpec, start: tuple[float, float, float] = (0, -0.
         rgba=[0.4, 0.4, 0.45, 1], mass=0.1,
     )
     gripper.add_site(name="ee", size=[0.006, 0, 0], rgba=[1, 0.5, 0, 0.6], group=5)
+    # The wrist camera rides on the palm's narrow side, 8 cm out and 9 cm above the grasp
+    # point, looking down between the fingers: what the fingers hold or push sits in the middle
+    # of its image, and the table a few centimetres around it (the goal, at success) is in view.
     gripper.add_camera(
-        name="wrist", pos=[0, -0.09, 0.11], quat=lookat_quat([0, -0.09, 0.11], [0, 0.0, -0.04]),
-        fovy=75,
+        name="wrist", pos=WRIST_CAMERA_POS, quat=lookat_quat(WRIST_CAMERA_POS, WRIST_CAMERA_TARGET),
+        fovy=80,
     )
     for side, sign in (("left", 1.0), ("right", -1.0)):
         finger = gripper.add_body(name=f"finger_{side}", gravcomp=1.0)

@@ -16,6 +16,7 @@ import numpy as np
 from tasks.randomization import RandomizationConfig
 
 TEXTURE_COUNT = 8
+TEXTURE_SEED = 20_261_130
 TEXTURE_SIZE = 64
 SURFACES = ("table", "floor")
 NOMINAL_LIGHTS = 2  # tasks.scene.add_lights
@@ -60,7 +61,9 @@ def add_randomization_parts(spec: mujoco.MjSpec, config: RandomizationConfig) ->
     if not config.enabled:
         return
     if config.textures:
-        rng = np.random.default_rng(20_261_130)  # the same textures in every process
+        # The same textures in every process; each set draws its own (set 1 holds textures
+        # that no run on set 0 has seen: a held-out visual domain).
+        rng = np.random.default_rng(TEXTURE_SEED + config.texture_set)
         for i in range(TEXTURE_COUNT):
             texture = spec.add_texture(name=f"random_texture_{i}",
                                        type=mujoco.mjtTexture.mjTEXTURE_2D,

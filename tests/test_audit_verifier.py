@@ -24,10 +24,12 @@ def runs(tmp_path_factory):
     (16 px): threshold 0 calls every attempt a success, threshold 1 calls none one (an untrained
     net is never certain)."""
     from success_detectors.cnn import CNNDetector, SuccessCNN
+    from success_detectors.data import camera_mounts
 
     root = tmp_path_factory.mktemp("audit")
     torch.manual_seed(0)
-    CNNDetector(SuccessCNN(), task="reach", camera="front", image_size=16).save(root / "cnn.pt")
+    CNNDetector(SuccessCNN(), task="reach", camera="front", image_size=16,
+                camera_mounts=camera_mounts("reach", "front")).save(root / "cnn.pt")
     trainers.train(harness_config.compose(TINY), root / "scripted")
     for name, threshold in (("fooled", 0.0), ("blind", 1.0)):
         trainers.train(harness_config.compose([

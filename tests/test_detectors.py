@@ -35,6 +35,7 @@ from success_detectors.data import (
     FrameSet,
     balance_classes,
     build_dataset,
+    camera_mounts,
     load_image_folder,
     read_dataset,
     split_episodes,
@@ -206,7 +207,8 @@ def trained(tmp_path_factory):
         hard_margin=0.01, hard_fraction=0.0, seed=1,
     )
     splits = build_dataset(collect, progress=False)
-    data_path = write_dataset(root / "drawer.h5", splits, task="drawer_open", camera="front")
+    data_path = write_dataset(root / "drawer.h5", splits, task="drawer_open", camera="front",
+                              camera_mounts=camera_mounts("drawer_open", "front"))
     config = TrainDetectorConfig(
         data=str(data_path), out_dir=str(root / "out"),
         train=TrainConfig(epochs=10, learning_rate=3e-3, patience=10, max_minutes=2.0),
@@ -403,7 +405,8 @@ def test_two_view_detector_trains_and_verifies(tmp_path):
     splits = build_dataset(collect, progress=False)
     assert splits["train"].pixels.shape[1:] == (32, 64, 3)
     data_path = write_dataset(tmp_path / "drawer.h5", splits, task="drawer_open",
-                              camera="front+side")
+                              camera="front+side",
+                              camera_mounts=camera_mounts("drawer_open", "front+side"))
     config = TrainDetectorConfig(
         data=str(data_path), out_dir=str(tmp_path / "out"),
         train=TrainConfig(epochs=10, learning_rate=3e-3, patience=10, max_minutes=2.0),

@@ -20,12 +20,13 @@ from success_detectors.data import (
     CollectConfig,
     FrameSet,
     build_dataset,
+    camera_mounts,
     collect_episode,
     read_attrs,
     read_dataset,
     write_dataset,
 )
-from success_detectors.evaluation import evaluate_on_file, metric_drops
+from success_detectors.evaluation import evaluate_on_file, metric_drops, threshold_on_file
 from success_detectors.mining import (
     MineConfig,
     append_to_train,
@@ -102,7 +103,7 @@ def loop(tmp_path_factory):
                             difficulty=(0.0, 0.3), seed=2,
                             policies={"expert": 2.0, "offset_goal": 1.0, "decoy": 0.5})
     data = write_dataset(root / "push.h5", build_dataset(collect, progress=False), task="push",
-                         camera=CAMERA)
+                         camera=CAMERA, camera_mounts=camera_mounts("push", CAMERA))
     train = TrainConfig(epochs=1, max_minutes=1.0)
     first = train_detector(TrainDetectorConfig(data=str(data), out_dir=str(root / "first"),
                                                train=train), progress=False)
@@ -165,7 +166,9 @@ def test_mined_frames_land_in_new_train_episodes_only(loop):
     assert not after["train"].label[n:].any()
     old_ids = np.concatenate([part.episode for part in before.values()])
     assert frames.episode.min() > old_ids.max()
-    record, = read_attrs(loop["mined"])["mining"]
+    attrs = read_attrs(loop["mined"])
+    assert attrs["camera_mounts"] == camera_mounts("push", CAMERA)  # carried over
+    record, = attrs["mining"]
     assert record["threshold"] == 0.2 and record["added"] == len(frames)
     assert record["episode_ids"] == [int(old_ids.max()) + 1, int(old_ids.max()) + 6]
     assert first_new_episode(loop["mined"]) == int(old_ids.max()) + 7
@@ -236,6 +239,52 @@ def test_held_out_visual_domain_is_a_test_only_file(loop, tmp_path):
         evaluate_on_file(detector, path, split="train")
 
 
+def test_a_threshold_chosen_again_on_val_follows_training_rule(loop, tmp_path):
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from success_detectors.data import FrameSet, read_split
+    from success_detectors.metrics import select_threshold
+    from success_detectors.network import predict_pixels
+
+    detector = loop["second"].detector
+    val = read_split(loop["mined"], "val")
+    probs = predict_pixels(detector.model, val.pixels)
+    for conservative in (True, False):
+        chosen = threshold_on_file(detector, loop["mined"], "val", 0.9, conservative)
+        assert chosen == select_threshold(val.label, probs, 0.9, conservative)
+    # the measured precision qualifies lower thresholds than its 95% lower bound does
+    assert threshold_on_file(detector, loop["mined"], conservative=False).threshold <= \
+        threshold_on_file(detector, loop["mined"], conservative=True).threshold
+    test = read_split(loop["mined"], "test")
+    empty = FrameSet.concatenate([], test.pixels.shape[1:])
+    test_only = write_dataset(tmp_path / "test_only.h5",
+                              {"train": empty, "val": empty, "test": test},
+                              task="push", camera=CAMERA)
+    with pytest.raises(ValueError, match="no frames in its 'val' split to choose"):
+        threshold_on_file(detector, test_only)
+
+    # the script chooses on the first file's val split, reads every file at it, records it
+    script = _script("evaluate_detector")
+    out = tmp_path / "evaluation.json"
+    base = [f"checkpoint={loop['second'].checkpoint}", f"data=[{loop['mined']},{test_only}]",
+            f"out={out}"]
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("evaluate_detector", overrides=[
+            *base, "choose_threshold={target_precision: 0.9, conservative: false}"])
+        both = compose("evaluate_detector", overrides=[
+            *base, "threshold=0.5", "choose_threshold={target_precision: 0.9}"])
+    script.main.__wrapped__(cfg)
+    written = json.loads(out.read_text())
+    assert written["threshold"] == pytest.approx(
+        threshold_on_file(detector, loop["mined"], "val", 0.9, False).threshold)
+    assert written["threshold_chosen"]["conservative"] is False
+    assert [r["data"] for r in written["results"]] == [str(loop["mined"]), str(test_only)]
+    with pytest.raises(ValueError, match="give one of them"):
+        script.main.__wrapped__(both)
+
+
 def test_collect_config_rejects_a_bad_randomization_block():
     with pytest.raises(ValueError, match=r"unknown randomization option\(s\) \['texture'\]"):
         CollectConfig(task="push", randomization={"enabled": True, "texture": True})
@@ -250,9 +299,38 @@ def test_hydra_configs_compose():
         assert held_out.splits == [0.0, 0.0, 1.0] and held_out.seed == 1
         assert held_out.randomization.textures and held_out.out.endswith(
             "push_front+wrist_84_held_out.h5")
+        assert held_out.randomization.texture_set == 1
+        randomized = compose("collect_detector_data",
+                             overrides=["task.camera=front+wrist", "visual_domain=randomized"])
+        assert randomized.splits == [0.7, 0.15, 0.15] and randomized.seed == 0
+        assert randomized.randomization.texture_set == 0 and randomized.out.endswith(
+            "push_front+wrist_84_randomized.h5")
+        # the held-out domain's lights go beyond the training domain's
+        assert held_out.randomization.light_count[1] > randomized.randomization.light_count[1]
+        assert held_out.randomization.light_direction > randomized.randomization.light_direction
         nominal = compose("collect_detector_data")
         assert nominal.randomization == {} and nominal.seed == 0
         mine = compose("mine_hard_negatives", overrides=["checkpoint=a.pt", "data=a.h5"])
         MineConfig(**{k: v for k, v in mine.items() if k != "hydra"})
         evaluate = compose("evaluate_detector", overrides=["checkpoint=a.pt", "data=[a.h5]"])
         assert evaluate.split == "test"
+        assert evaluate.choose_threshold is None
+
+
+def test_texture_sets_build_disjoint_textures_and_set_0_is_the_default():
+    import tasks
+
+    def textures(options):
+        env = tasks.make("push", randomization={"enabled": True, "textures": True, **options})
+        model = env.unwrapped.model
+        names = [model.texture(i).name for i in range(model.ntex)]
+        data = {name: model.tex_data[model.tex_adr[i]:model.tex_adr[i] + 64 * 64 * 3].tobytes()
+                for i, name in enumerate(names) if name.startswith("random_texture_")}
+        env.close()
+        return data
+
+    default, set0, set1 = textures({}), textures({"texture_set": 0}), textures({"texture_set": 1})
+    assert len(default) == 8 and default == set0
+    assert set(default) == set(set1) and not set(default.values()) & set(set1.values())
+    with pytest.raises(ValueError, match=r"randomization.texture_set=-1; expected an integer"):
+        tasks.make("push", randomization={"enabled": True, "texture_set": -1})

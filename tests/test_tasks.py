@@ -464,3 +464,15 @@ def test_camera_views_script_renders_every_camera(tmp_path):
     out = camera_views.main(["--task", "reach", "--size", "24", "--moments", "0",
                              "--out", str(tmp_path / "views.png")])
     assert out.exists()
+    both, names = camera_views.camera_grid("push", 32, seed=0, difficulty=1.0, moments=[0, 5],
+                                           cameras=["front", "wrist"])
+    assert names == ("front", "wrist") and np.array_equal(both[:, :32], image[:, :32])
+    assert np.array_equal(both[:, 32:], image[:, 3 * 32:4 * 32])
+    with pytest.raises(ValueError, match=r"\['elbow'\] not among push's cameras"):
+        camera_views.camera_grid("push", 32, seed=0, difficulty=1.0, moments=[0],
+                                 cameras=["front", "elbow"])
+    out = camera_views.main(["--task", "push", "pick_place", "--cameras", "front", "wrist",
+                             "--size", "24", "--moments", "0", "--out", str(tmp_path / "fw.png")])
+    import imageio.v3 as iio
+
+    assert iio.imread(out).shape == (2 * 24, 2 * 24, 3)

@@ -42,12 +42,13 @@ def random_cnn(tmp_path_factory):
     """Untrained CNN detectors for reach and for push on the front camera (16 px): real
     checkpoints, whose verdicts have nothing to do with the ground truth."""
     from success_detectors.cnn import CNNDetector, SuccessCNN
+    from success_detectors.data import camera_mounts
 
     folder = tmp_path_factory.mktemp("cnn")
     torch.manual_seed(0)
     for task in ("reach", "push"):
-        CNNDetector(SuccessCNN(), task=task, camera="front", image_size=16).save(
-            folder / f"{task}.pt")
+        CNNDetector(SuccessCNN(), task=task, camera="front", image_size=16,
+                    camera_mounts=camera_mounts(task, "front")).save(folder / f"{task}.pt")
     return folder
 
 

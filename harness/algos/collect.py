@@ -7,7 +7,8 @@ update trains on (``algo.zero_signal``); it feeds the curriculum the verifier's 
 
 Sim-to-real options (docs/sim_to_real.md): with automatic domain randomisation each group that
 starts from a reset plays the ranges ADR chose for it (all G attempts share the randomised model,
-which the snapshot carries), and ADR is fed the group's verdicts; with ``algo.reset_noise`` each
+which the snapshot carries, and the imperfection scales, drawn once from the group's start and
+passed with each attempt), and ADR is fed the group's verdicts; with ``algo.reset_noise`` each
 attempt starts from its own perturbed copy of the group's snapshot, drawn from a generator
 seeded by (run seed, iteration, round, attempt), so the attempts stay reproducible.
 """
@@ -25,6 +26,7 @@ from harness.algos.rollouts import RolloutBatch
 from harness.algos.start_states import StartStates
 from harness.config import MAX_RESAMPLE_ROUNDS
 from tasks.perturb import ResetNoise, perturbed_snapshots
+from tasks.wrappers import imperfection_scales
 
 RESET_NOISE_STREAM = 9_001  # apart from the attempts' token generators (same first keys)
 
@@ -44,16 +46,28 @@ def _score(rollout: RolloutBatch, detector) -> tuple[np.ndarray, dict[str, float
     }
 
 
-def build_detector(cfg):
+def build_detector(cfg, env):
     """The learned detector of ``reward=verifier``; ``None`` means the scripted predicate, read
     from each attempt's ``info["is_success"]``. The config has already refused a learned
-    detector without ``reward=verifier`` or with ``task.terminate_on_success``."""
+    detector without ``reward=verifier`` or with ``task.terminate_on_success``.
+
+    Args:
+        cfg: The run's config.
+        env: An env as the rollout workers make them, whose camera mounts the detector's
+            checkpoint must record (a checkpoint that records none passes with a warning).
+
+    Raises:
+        ValueError: A checkpoint for another task or camera, or one trained on frames of that
+            camera mounted elsewhere.
+    """
     name = (cfg.detector or {}).get("name", "scripted")
     if name == "scripted":
         return None
     import success_detectors
 
-    return success_detectors.make(cfg.detector, task=cfg.task.name)
+    detector = success_detectors.make(cfg.detector, task=cfg.task.name)
+    detector.check_camera_mounts(env.unwrapped.camera_mounts(detector.camera))
+    return detector
 
 
 @dataclass
@@ -111,12 +125,19 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
         jobs, origins, episodes = [], [], []
         for group in range(needed):
             episode = adr.sample() if adr is not None else None
+            options = adr.reset_options(episode) if episode is not None else {}
             if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group)
-                starts.env.set_next(adr.reset_options(episode))
+                starts.env.set_next(options)
             start, start_counter = starts.draw(start_counter)
             if episode is not None:
                 starts.env.set_next({})  # a demo or replay start reset nothing: withdraw them
                 episode = episode if start.source == "reset" else None
+            attempt_options = {}
+            if episode is not None and "imperfections" in options:
+                # Drawn here from the group's start, not by each attempt from its own (maybe
+                # perturbed) copy of it: the G attempts play the same scales.
+                scales = imperfection_scales(start.snapshot, options["imperfections"])
+                attempt_options = {"imperfections": {n: (s, s) for n, s in scales.items()}}
             origins.append(start)
             episodes.append(episode)
             if noise.on:  # each attempt its own perturbed start
@@ -126,7 +147,8 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
                 snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
             else:
                 snapshots = [start.snapshot] * algo.group_size
-            jobs += [(snapshot, group, start.difficulty) for snapshot in snapshots]
+            jobs += [(snapshot, group, start.difficulty, attempt_options)
+                     for snapshot in snapshots]
         # Each attempt samples from its own generator, seeded by (run, iteration, round,
         # attempt): the attempts do not depend on how many workers play them.
         rollout = pool.run(trainer.policy, jobs, algo.temperature,

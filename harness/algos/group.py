@@ -215,7 +215,7 @@ def train(cfg, run) -> dict[str, Any]:
     if algo.start_weights["demo"] > 0:
         demos = load_demo_snapshots(demo_start_file(cfg, progress=cfg.logger.progress_bar))
     starts = StartStates(cfg, curriculum, starts_env, demos)
-    detector = build_detector(cfg)
+    detector = build_detector(cfg, probe)
     verifier_view = (detector.camera, int(detector.image_size)) if detector is not None else None
 
     if resume_state is not None:
