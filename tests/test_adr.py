@@ -306,60 +306,39 @@ NARROWING = ["adr.enabled=true", "+adr.params.friction.bounds=[0.5,2.0]",
              "logger=none", "eval.every_steps=0", "eval.final_episodes=2", "seed=3"]
 
 
-def test_adr_in_a_tiny_sb3_run_logs_and_moves_the_range(tmp_path):
-    config = compose(["task=reach", "algo=ppo", "policy=mlp", "total_timesteps=512",
-                      "algo.n_steps=128", "algo.batch_size=64", "algo.n_epochs=1",
-                      "adr.buffer=1", *NARROWING])
-    trainers.train(config, tmp_path)
-    rows = adr_rows(tmp_path)
-    assert set(rows) == {"adr/friction_low", "adr/friction_high"}
-    assert rows["adr/friction_high"][-1] - rows["adr/friction_low"][-1] < 0.4  # narrowed
-    metadata = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
-    assert metadata["trainer_state"]["adr"]["ranges"]["friction"] == [
-        rows["adr/friction_low"][-1], rows["adr/friction_high"][-1]]
-
-
-def test_adr_in_a_tiny_group_run_logs_and_moves_the_range(tmp_path):
-    config = compose(["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp",
-                      "algo.iterations=2", "algo.num_start_states=4", "algo.group_size=4",
-                      "algo.minibatch_size=8", "adr.buffer=4", *NARROWING])
-    trainers.train(config, tmp_path)
-    rows = adr_rows(tmp_path)
-    assert len(rows["adr/friction_low"]) == 2  # one per iteration
-    assert rows["adr/friction_high"][-1] - rows["adr/friction_low"][-1] < 0.4
-    state = read_checkpoint(tmp_path / "checkpoints" / "latest.pt")["adr"]
-    assert state["ranges"]["friction"] == [rows["adr/friction_low"][-1],
-                                           rows["adr/friction_high"][-1]]
-
-
 # Failing attempts narrow the action-noise scale around the configured 0.1.
 NARROWING_NOISE = ["adr.enabled=true", "+task.imperfections.action_noise=0.1",
                    "+adr.params.action_noise.bounds=[0.0,2.0]",
                    "+adr.params.action_noise.initial=[0.6,1.4]", "adr.boundary_prob=1.0",
                    "logger=none", "eval.every_steps=0", "eval.final_episodes=2", "seed=3"]
+# (overrides, the range, its initial width): a physical range, and an imperfection's scale
+RANGES = {"friction": (NARROWING, 0.4), "action_noise": (NARROWING_NOISE, 0.8)}
 
 
-def test_adr_over_action_noise_in_a_tiny_sb3_run(tmp_path):
+@pytest.mark.parametrize("name", list(RANGES))
+def test_adr_in_a_tiny_sb3_run_logs_and_moves_the_range(tmp_path, name):
+    overrides, width = RANGES[name]
     config = compose(["task=reach", "algo=ppo", "policy=mlp", "total_timesteps=512",
                       "algo.n_steps=128", "algo.batch_size=64", "algo.n_epochs=1",
-                      "adr.buffer=1", *NARROWING_NOISE])
+                      "adr.buffer=1", *overrides])
     trainers.train(config, tmp_path)
     rows = adr_rows(tmp_path)
-    assert set(rows) == {"adr/action_noise_low", "adr/action_noise_high"}
-    assert rows["adr/action_noise_high"][-1] - rows["adr/action_noise_low"][-1] < 0.8
+    assert set(rows) == {f"adr/{name}_low", f"adr/{name}_high"}
+    assert rows[f"adr/{name}_high"][-1] - rows[f"adr/{name}_low"][-1] < width  # narrowed
     metadata = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
-    assert metadata["trainer_state"]["adr"]["ranges"]["action_noise"] == [
-        rows["adr/action_noise_low"][-1], rows["adr/action_noise_high"][-1]]
+    assert metadata["trainer_state"]["adr"]["ranges"][name] == [
+        rows[f"adr/{name}_low"][-1], rows[f"adr/{name}_high"][-1]]
 
 
-def test_adr_over_action_noise_in_a_tiny_group_run(tmp_path):
+@pytest.mark.parametrize("name", list(RANGES))
+def test_adr_in_a_tiny_group_run_logs_and_moves_the_range(tmp_path, name):
+    overrides, width = RANGES[name]
     config = compose(["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp",
                       "algo.iterations=2", "algo.num_start_states=4", "algo.group_size=4",
-                      "algo.minibatch_size=8", "adr.buffer=4", *NARROWING_NOISE])
+                      "algo.minibatch_size=8", "adr.buffer=4", *overrides])
     trainers.train(config, tmp_path)
     rows = adr_rows(tmp_path)
-    assert len(rows["adr/action_noise_low"]) == 2  # one per iteration
-    assert rows["adr/action_noise_high"][-1] - rows["adr/action_noise_low"][-1] < 0.8
+    assert len(rows[f"adr/{name}_low"]) == 2  # one per iteration
+    assert rows[f"adr/{name}_high"][-1] - rows[f"adr/{name}_low"][-1] < width
     state = read_checkpoint(tmp_path / "checkpoints" / "latest.pt")["adr"]
-    assert state["ranges"]["action_noise"] == [rows["adr/action_noise_low"][-1],
-                                               rows["adr/action_noise_high"][-1]]
+    assert state["ranges"][name] == [rows[f"adr/{name}_low"][-1], rows[f"adr/{name}_high"][-1]]
