@@ -84,6 +84,22 @@ def worst_errors_figure(
 DROP_KEYS = ("accuracy", "precision", "recall", "roc_auc")
 
 
+def fitting_attrs(detector, path: str | os.PathLike) -> dict[str, Any]:
+    """The root attributes of a detector data file whose frames ``detector`` reads.
+
+    Raises:
+        ValueError: The file's task, camera or image size differ from the detector's.
+    """
+    from success_detectors.data import read_attrs
+
+    attrs = read_attrs(path)
+    for key in ("task", "camera", "image_size"):
+        if attrs[key] != getattr(detector, key):
+            raise ValueError(f"{path} holds frames with {key}={attrs[key]!r}; the detector "
+                             f"reads {key}={getattr(detector, key)!r}")
+    return attrs
+
+
 def evaluate_on_file(detector, path: str | os.PathLike, split: str = "test",
                      hard_margin: float | None = 0.03) -> dict[str, Any]:
     """Metrics of a loaded CNN detector on one split of a detector data file, at its threshold.
@@ -104,13 +120,9 @@ def evaluate_on_file(detector, path: str | os.PathLike, split: str = "test",
             no mounts, they are not compared.)
     """
     from success_detectors.base import check_recorded_mounts
-    from success_detectors.data import read_attrs, read_split
+    from success_detectors.data import read_split
 
-    attrs = read_attrs(path)
-    for key in ("task", "camera", "image_size"):
-        if attrs[key] != getattr(detector, key):
-            raise ValueError(f"{path} holds frames with {key}={attrs[key]!r}; the detector "
-                             f"reads {key}={getattr(detector, key)!r}")
+    attrs = fitting_attrs(detector, path)
     if attrs["camera_mounts"] is not None and detector.camera_mounts is not None:
         check_recorded_mounts(
             attrs["camera_mounts"], detector.camera_mounts, source=f"detector data file {path}",
@@ -141,13 +153,9 @@ def threshold_on_file(detector, path: str | os.PathLike, split: str = "val",
         ValueError: The file does not fit the detector, the split is empty or has no positive
             frame, or a target outside (0, 1].
     """
-    from success_detectors.data import read_attrs, read_split
+    from success_detectors.data import read_split
 
-    attrs = read_attrs(path)
-    for key in ("task", "camera", "image_size"):
-        if attrs[key] != getattr(detector, key):
-            raise ValueError(f"{path} holds frames with {key}={attrs[key]!r}; the detector "
-                             f"reads {key}={getattr(detector, key)!r}")
+    fitting_attrs(detector, path)
     frames = read_split(path, split)
     if len(frames) == 0:
         raise ValueError(f"{path} has no frames in its {split!r} split to choose a threshold on")
