@@ -81,6 +81,9 @@ def pretrain_bc(
     """Train ``policy`` in place, on its parameters' device, by cross-entropy on the demos'
     action tokens.
 
+    A policy with an input normalisation (the MLP's ``normalize_state``) first fits it on the
+    training steps (:meth:`harness.policies.TokenPolicy.fit_normalizer`).
+
     Episodes, not steps, are split into training and validation (consecutive steps are nearly
     identical, so a step split would validate on the training set). The policy is left in eval
     mode with the weights ``keep`` names. The last epoch is the default because, with a handful of
@@ -109,8 +112,8 @@ def pretrain_bc(
         Metrics of the last epoch, ``bc/train_loss``, ``bc/val_loss``, ``bc/val_accuracy`` (share
         of validation tokens predicted exactly), and ``bc/best_epoch``, ``bc/best_val_loss``,
         ``bc/kept_epoch`` (whose weights the policy holds), ``bc/train_steps``, ``bc/val_steps``,
-        ``bc/seconds``; ``history`` holds the per-epoch metrics. Validation metrics are NaN
-        without a validation split.
+        ``bc/seconds``, with a fitted normalisation ``bc/normalizer_states``; ``history``
+        holds the per-epoch metrics. Validation metrics are NaN without a validation split.
 
     Raises:
         ValueError: A bad hyper-parameter, an unknown ``keep``, or the demos lack an observation
@@ -132,6 +135,7 @@ def pretrain_bc(
     train_idx, val_idx = (i.to(device) for i in
                           split_by_episode(demos.episode_ids, val_fraction, seed))
 
+    normalizer = policy.fit_normalizer({key: value[train_idx] for key, value in obs.items()})
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
     best_state, best_epoch, best_val = None, 0, math.inf
@@ -174,6 +178,7 @@ def pretrain_bc(
         "bc/train_steps": len(train_idx),
         "bc/val_steps": len(val_idx),
         "bc/seconds": time.perf_counter() - start,
+        **normalizer,
         "history": history,
     }
 

@@ -6,7 +6,10 @@ One file holds the episodes of one task under one set of environment options::
                                  format_version (2; files without it are version 1)
         demo_0/                  attrs: num_samples, success, seed
             obs/<key>            (T, ...) one dataset per observation key, as the env returns it
-            actions              (T, 4) float32, the action executed (expert plus its noise)
+            actions              (T, 4) float32, the action to learn: the one executed (the
+                                 expert's plus its noise), or with label "expert" the
+                                 expert's own noise-free action (DART)
+            executed_actions     (T, 4) float32, label "expert" only: the action executed
             rewards              (T,) float32
             dones                (T,) uint8, 1 on the step that ended the episode
             snapshots            (T,) variable-length uint8: the exact snapshot the observation
@@ -37,6 +40,7 @@ import tasks
 from common.files import atomic_path
 
 ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
+DEMO_LABELS: tuple[str, ...] = ("executed", "expert")  # what a demo's ``actions`` hold
 MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
 _DEMO_NAME = re.compile(r"demo_(\d+)")
 
@@ -109,6 +113,7 @@ def collect_demos(
     max_episode_steps: int | None = None,
     env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
+    label: str = "executed",
 ) -> dict[str, Any]:
     """Record scripted-expert episodes of ``task`` into an HDF5 file at ``path``.
 
@@ -137,6 +142,10 @@ def collect_demos(
             ``render_quality``; stored in ``env_args`` with the others. Dataclass values
             (a ``RandomizationConfig``) are stored as dicts.
         progress: Show a progress bar.
+        label: Which action ``actions`` holds: ``"executed"`` (the noisy action that was
+            executed) or ``"expert"`` (the expert's noise-free action in the state the noise led
+            to, with the executed one in ``executed_actions``: DART's noise injection, Laskey et
+            al. 2017, which teaches a cloned policy to recover from its own drift).
 
     Returns:
         ``{"path", "episodes", "attempts", "steps", "expert_success_rate"}``: demos kept,
@@ -150,6 +159,8 @@ def collect_demos(
     """
     if episodes < 1:
         raise ValueError(f"episodes={episodes}; must be >= 1")
+    if label not in DEMO_LABELS:
+        raise ValueError(f"label={label!r}; choose one of {DEMO_LABELS}")
     env_kwargs = {
         "obs_mode": obs_mode,
         "camera": camera,
@@ -167,7 +178,8 @@ def collect_demos(
     env_args = {
         "env_name": task,
         "env_kwargs": env_kwargs,
-        "collection": {"noise": float(noise), "seed": int(seed), "only_successes": only_successes},
+        "collection": {"noise": float(noise), "seed": int(seed), "only_successes": only_successes,
+                       **({"label": label} if label != "executed" else {})},
     }
     try:  # before recording, not after every episode has been rendered
         env_args_json = json.dumps(env_args)
@@ -184,7 +196,7 @@ def collect_demos(
             data = f.create_group("data")
             while kept < episodes and attempts < max_attempts:
                 episode_seed = seed + attempts
-                episode = _record_episode(env, episode_seed, difficulty, noise)
+                episode = _record_episode(env, episode_seed, difficulty, noise, label)
                 attempts += 1
                 successes += episode["success"]
                 if only_successes and not episode["success"]:
@@ -215,22 +227,25 @@ def collect_demos(
 
 
 def _record_episode(
-    env: tasks.ManipulationEnv, seed: int, difficulty: float, noise: float
+    env: tasks.ManipulationEnv, seed: int, difficulty: float, noise: float,
+    label: str = "executed",
 ) -> dict[str, Any]:
-    """One expert episode: per-key observation lists, actions, rewards, dones and success."""
+    """One expert episode: per-key observation lists, actions (by ``label``), rewards, dones
+    and success; with ``label="expert"`` also the executed actions."""
     expert = tasks.ScriptedExpert(env, noise=noise, seed=seed)
     obs, info = env.reset(seed=seed, options={"difficulty": float(difficulty)})
     observations: dict[str, list[np.ndarray]] = {key: [] for key in obs}
-    actions, rewards, dones, snapshots = [], [], [], []
+    actions, executed_actions, rewards, dones, snapshots = [], [], [], [], []
     done = False
     while not done:
-        action = expert()
+        clean, action = expert.act()
         for key, value in obs.items():
             observations[key].append(value)
         snapshots.append(np.frombuffer(tasks.snapshot_to_bytes(env.snapshot()), np.uint8))
         obs, reward, terminated, truncated, info = env.step(action)
         done = terminated or truncated
-        actions.append(action)
+        actions.append(clean if label == "expert" else action)
+        executed_actions.append(action)
         rewards.append(reward)
         dones.append(done)
     return {
@@ -240,6 +255,8 @@ def _record_episode(
         "dones": np.asarray(dones, dtype=np.uint8),
         "snapshots": snapshots,
         "success": bool(info["is_success"]),
+        **({"executed_actions": np.asarray(executed_actions, dtype=np.float32)}
+           if label == "expert" else {}),
     }
 
 
@@ -248,8 +265,9 @@ def _write_demo(group: h5py.Group, episode: dict[str, Any], seed: int) -> None:
         # Images dominate the file size and compress well; small vectors are not worth it.
         compression = "gzip" if array.dtype == np.uint8 else None
         group.create_dataset(f"obs/{key}", data=array, compression=compression)
-    for key in ("actions", "rewards", "dones"):
-        group.create_dataset(key, data=episode[key])
+    for key in ("actions", "executed_actions", "rewards", "dones"):
+        if key in episode:
+            group.create_dataset(key, data=episode[key])
     snapshots = group.create_dataset("snapshots", (len(episode["snapshots"]),),
                                      dtype=h5py.vlen_dtype(np.uint8))
     for t, snapshot in enumerate(episode["snapshots"]):

@@ -169,6 +169,7 @@ def cloned_start_policy(
     state_pretrain_epochs: int = 15,
     device: str = "cpu",
     dataset: str | os.PathLike | None = None,
+    noise: float = 0.0,
 ) -> tuple[TokenPolicy, dict[str, Any]]:
     """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
     group fine-tuning. Demos are recorded once per task, options and difficulty, then reused;
@@ -194,6 +195,9 @@ def cloned_start_policy(
         dataset: A LeRobotDataset v3.0 folder (:func:`harness.lerobot.load_lerobot`) to clone
             on instead of recorded demos (``demos`` and ``difficulty`` are then unused); it must
             give every observation of ``task`` under ``task_options``, in its shape.
+        noise: When > 0, the demos are recorded with this Gaussian noise on the executed
+            actions and labelled with the expert's noise-free ones (DART; see
+            :func:`harness.demos.collect_demos`'s ``label``), and cached apart.
 
     Returns:
         ``(policy, metrics)``; metrics include the demo file (or ``bc/dataset``), the BC losses
@@ -211,7 +215,7 @@ def cloned_start_policy(
     from harness.policies import make as make_policy
 
     torch_device = resolve_device(device)
-    path = demo_file(demo_dir, task, task_options, demos, difficulty)
+    path = demo_file(demo_dir, task, task_options, demos, difficulty, noise=noise)
     if dataset is None and not path.exists():
         named = {key: task_options[key] for key in NAMED_DEMO_OPTIONS if key in task_options}
         collect_demos(path, task, demos, difficulty=difficulty, progress=progress,
@@ -220,7 +224,8 @@ def cloned_start_policy(
                       image_size=named.get("image_size", 84),
                       max_episode_steps=named.get("max_episode_steps"),
                       env_options={key: value for key, value in task_options.items()
-                                   if key not in (*NAMED_DEMO_OPTIONS, "difficulty")})
+                                   if key not in (*NAMED_DEMO_OPTIONS, "difficulty")},
+                      noise=noise, label="expert" if noise > 0 else "executed")
     env = tasks.make(task, **task_options)
     demonstrations = None if dataset is None else load_lerobot(
         dataset, shapes={key: space.shape for key, space in env.observation_space.spaces.items()})
@@ -247,6 +252,7 @@ def demo_file(
     task_options: Mapping[str, Any],
     demos: int,
     difficulty: float,
+    noise: float = 0.0,
 ) -> Path:
     """The cache file of :func:`cloned_start_policy`'s demos.
 
@@ -263,9 +269,11 @@ def demo_file(
         task_options: Options of ``tasks.make``.
         demos: Number of demonstrations.
         difficulty: Start-state difficulty of the demos.
+        noise: Noise injected while recording with expert labels (DART); 0 names no noise.
 
     Returns:
-        ``<demo_dir>/<task>_<readable options>_<hash>_d<difficulty>_n<demos>.hdf5``.
+        ``<demo_dir>/<task>_<readable options>_<hash>_d<difficulty>_n<demos>.hdf5``, with
+        ``_dart<noise>`` before ``_d`` for noisy demos.
 
     Raises:
         ValueError: An unknown or invalid task option.
@@ -279,5 +287,6 @@ def demo_file(
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
     readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
                 if key in task_options]
-    name = "_".join([task, *readable, digest, f"d{difficulty:g}", f"n{demos}"])
+    dart = [f"dart{noise:g}"] if noise > 0 else []
+    name = "_".join([task, *readable, digest, *dart, f"d{difficulty:g}", f"n{demos}"])
     return Path(demo_dir) / f"{name}.hdf5"

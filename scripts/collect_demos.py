@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import TaskOptions
-from harness.demos import collect_demos
+from harness.demos import DEMO_LABELS, collect_demos
 
 
 @dataclass
@@ -38,6 +38,8 @@ class CollectDemosConfig:
         noise: Standard deviation of the Gaussian noise on the expert's actions.
         seed: Reset seed of the first attempt.
         keep_failures: Also record failed episodes (marked by their ``success`` attribute).
+        label: What ``actions`` hold: ``executed`` (the noisy action executed) or ``expert``
+            (the expert's noise-free action in the state the noise led to: DART).
         out: The HDF5 file to write.
     """
 
@@ -46,6 +48,7 @@ class CollectDemosConfig:
     noise: float = 0.0
     seed: int = 0
     keep_failures: bool = False
+    label: str = "executed"
     out: str = "data/demos/push.hdf5"
 
     def __post_init__(self) -> None:
@@ -55,6 +58,8 @@ class CollectDemosConfig:
             raise ValueError(f"noise={self.noise}; must be >= 0")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed}; must be >= 0")
+        if self.label not in DEMO_LABELS:
+            raise ValueError(f"label={self.label!r}; choose one of {DEMO_LABELS}")
 
 
 ConfigStore.instance().store(name="collect_demos_schema", node=CollectDemosConfig)
@@ -73,7 +78,7 @@ def main(cfg: DictConfig) -> None:
             obs_mode=options.pop("obs_mode"), camera=options.pop("camera"),
             image_size=options.pop("image_size"), difficulty=options.pop("difficulty"),
             max_episode_steps=options.pop("max_episode_steps", None), seed=config.seed,
-            only_successes=not config.keep_failures, env_options=options,
+            only_successes=not config.keep_failures, env_options=options, label=config.label,
         )
     except (ValueError, RuntimeError) as error:
         sys.exit(f"collect_demos.py: {error}")

@@ -34,7 +34,17 @@ class ScriptedExpert:
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, observation=None) -> np.ndarray:
-        action = self.env.expert_action()
+        """The action to execute: the expert's, plus its noise, clipped to the action bounds."""
+        return self.act()[1]
+
+    def act(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(expert, executed)``: the noise-free expert action and the noisy one to execute,
+        both clipped to the action bounds. With noise, recording the first while executing the
+        second labels the states the noise leads to with the expert's corrections (DART, Laskey
+        et al. 2017)."""
+        expert = self.env.expert_action()
+        executed = expert
         if self.noise > 0:
-            action = action + self.rng.normal(0.0, self.noise, action.shape)
-        return np.clip(action, -1.0, 1.0).astype(np.float32)
+            executed = expert + self.rng.normal(0.0, self.noise, expert.shape)
+        return (np.clip(expert, -1.0, 1.0).astype(np.float32),
+                np.clip(executed, -1.0, 1.0).astype(np.float32))

@@ -143,7 +143,8 @@ TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_s
      (["policy=cnn", "algo=ppo", "task.obs_mode=pixels"], CNNPolicyConfig,
       SB3_FIELDS, TINY_VLA_FIELDS),
      (["policy=mlp"], MLPPolicyConfig,
-      {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim"},
+      {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim",
+       "normalize_state"},
       {"features_dim", "conv_channels", "pooled_size", "image_features"})],
 )
 def test_each_policy_file_composes_into_a_schema_of_only_the_fields_it_reads(

@@ -156,8 +156,13 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
             state_pretrain_epochs=algo.state_pretrain_epochs,
             device=str(device),
             dataset=algo.bc_dataset,
+            noise=algo.bc_noise,
         )
-    return make_policy(cfg.policy.token_policy_config(), observation_space), {}
+    config = cfg.policy.token_policy_config()
+    if config.normalize_state:
+        log.warning("policy.normalize_state=true, but no behaviour cloning fits its statistics "
+                    "(algo.bc_demos=0, no algo.bc_dataset): the state stays unscaled")
+    return make_policy(config, observation_space), {}
 
 
 # ------------------------------------------------------------------------------- the loop

@@ -239,6 +239,10 @@ class GroupAlgoConfig(AlgoConfig):
             ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
             recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
         bc_epochs: Epochs of that behaviour cloning.
+        bc_noise: Gaussian noise (standard deviation, in action units) injected into the
+            executed actions while recording those demos, each step labelled with the expert's
+            noise-free action (DART, Laskey et al. 2017): the cloned policy learns to recover
+            from drift. Only successful demos are kept; 0 records them noise-free.
         bc_difficulty: Start-state difficulty of those demos; ``None`` uses ``task.difficulty``.
             A curriculum study can clone on easy starts and evaluate on hard ones.
         state_pretrain_episodes: Pixel policies cloned with ``bc_demos``: first teach their
@@ -283,6 +287,7 @@ class GroupAlgoConfig(AlgoConfig):
     bc_demos: int = 0
     bc_dataset: str | None = None
     bc_epochs: int = 40
+    bc_noise: float = 0.0
     bc_difficulty: float | None = None
     state_pretrain_episodes: int = 0
     state_pretrain_epochs: int = 15
@@ -326,6 +331,11 @@ class GroupAlgoConfig(AlgoConfig):
               f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
         for key in ("bc_demos", "state_pretrain_episodes"):
             check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
+        check(self.bc_noise >= 0, f"algo.bc_noise={self.bc_noise}; must be >= 0 (a standard "
+                                  "deviation in action units)")
+        check(self.bc_noise == 0 or (self.bc_demos > 0 and not self.init_policy),
+              f"algo.bc_noise={self.bc_noise} shapes the demos that algo.bc_demos records; it "
+              f"needs algo.bc_demos > 0 (not {self.bc_demos}) and no algo.init_policy")
         for key in ("bc_epochs", "state_pretrain_epochs"):
             check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,

@@ -105,9 +105,20 @@ class TokenPolicyFields(PolicyConfig):
 @dataclass
 class MLPPolicyConfig(TokenPolicyFields, SB3PolicyFields):
     """``mlp`` on the ``state`` vector: SB3's ``MlpPolicy`` or the group trainer's
-    ``harness.policies.MLPTokenPolicy``; each reads its own set of fields."""
+    ``harness.policies.MLPTokenPolicy``; each reads its own set of fields.
+
+    Attributes:
+        normalize_state: Group trainer only: standardise ``state`` per dimension by statistics
+            the behaviour cloning fits on its demos and the policy keeps with its weights
+            (``harness.policies.TokenPolicyConfig.normalize_state``).
+    """
 
     name: str = "mlp"
+    normalize_state: bool = False
+
+    def token_policy_config(self) -> TokenPolicyConfig:
+        return dataclasses.replace(super().token_policy_config(),
+                                   normalize_state=self.normalize_state)
 
 
 @dataclass

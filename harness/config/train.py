@@ -262,6 +262,9 @@ class TrainConfig:
               f"policy={policy!r} reads {needed!r} observations, which task.obs_mode="
               f"{obs_mode!r} does not give; use task.obs_mode in "
               f"{[m for m, keys in OBS_MODE_KEYS.items() if needed in keys]}")
+        check(family == "group" or not getattr(self.policy, "normalize_state", False),
+              f"policy.normalize_state=true is read by the group trainer's MLP token policy, "
+              f"not by algo={self.algo.name!r} (SB3's MlpPolicy); leave it false")
 
     def _check_batch(self) -> None:
         rollout = getattr(self.algo, "n_steps", 0) * self.n_envs

@@ -109,6 +109,15 @@ class TokenPolicy(nn.Module):
     def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Batched observation dict -> ``(B, hidden)`` features."""
 
+    def fit_normalizer(self, obs: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Fit the policy's input normalisation to a batch of observations (behaviour cloning
+        calls this with its training steps); a policy without one ignores it.
+
+        Returns:
+            Figures for the log (empty when nothing was fitted).
+        """
+        return {}
+
     def logits(self, obs: Mapping[str, torch.Tensor],
                tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Unnormalised token scores, ``(B, action_dim, num_bins)``.
@@ -195,7 +204,15 @@ class TokenPolicy(nn.Module):
 
 
 class MLPTokenPolicy(TokenPolicy):
-    """Two-layer tanh MLP on ``state``, concatenated with the mean instruction embedding."""
+    """Two-layer tanh MLP on ``state``, concatenated with the mean instruction embedding.
+
+    With ``normalize_state``, ``state`` is first standardised by the buffers ``state_mean`` and
+    ``state_std`` (identity until :meth:`fit_normalizer`). Positions in metres vary by
+    centimetres between the states a push expert treats differently; unscaled, they barely move
+    a tanh layer's pre-activations.
+    """
+
+    MIN_STD = 1e-2  # floor of a dimension's standard deviation (state units: m, rad, m/s)
 
     def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
         super().__init__(config, obs_shapes)
@@ -210,10 +227,29 @@ class MLPTokenPolicy(TokenPolicy):
             nn.Linear(config.hidden, config.hidden),
             nn.Tanh(),
         )
+        if config.normalize_state:
+            state_dim = obs_shapes["state"][0]
+            self.register_buffer("state_mean", torch.zeros(state_dim))
+            self.register_buffer("state_std", torch.ones(state_dim))
+
+    def fit_normalizer(self, obs: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """With ``normalize_state``: set ``state_mean`` and ``state_std`` (floored at
+        ``MIN_STD``) from ``obs["state"]`` ``(N, state_dim)``."""
+        if not self.config.normalize_state:
+            return {}
+        state = obs["state"].double()
+        if len(state) < 2:
+            raise ValueError(f"fit_normalizer needs at least 2 states, got {len(state)}")
+        self.state_mean.copy_(state.mean(0).to(self.state_mean))
+        self.state_std.copy_(state.std(0).clamp_min(self.MIN_STD).to(self.state_std))
+        return {"bc/normalizer_states": float(len(state))}
 
     def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``state`` (+ instruction) -> ``(B, hidden)``."""
-        parts = [obs["state"].float()]
+        state = obs["state"].float()
+        if self.config.normalize_state:
+            state = (state - self.state_mean) / self.state_std
+        parts = [state]
         if self.use_instruction:
             parts.append(self.instruction_encoder(obs["instruction"]))
         return self.trunk(torch.cat(parts, dim=-1))

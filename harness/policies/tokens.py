@@ -125,6 +125,10 @@ class TokenPolicyConfig:
             convolutions, so any image size (84 x 84 by default in the tasks) gives the same
             feature width.
         use_instruction: Condition on ``instruction`` when the observation has it.
+        normalize_state: ``mlp``: standardise ``state`` by a per-dimension mean and standard
+            deviation held in the policy (buffers saved with the weights, so exported and
+            reloaded policies apply them too), fitted on the demos by behaviour cloning
+            (:meth:`harness.policies.TokenPolicy.fit_normalizer`); the identity until then.
         image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
             expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
             policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
@@ -150,6 +154,7 @@ class TokenPolicyConfig:
     conv_channels: tuple[int, ...] = (16, 32, 32)
     pooled_size: int = 4
     use_instruction: bool = True
+    normalize_state: bool = False
     image_features: str = "spatial_softmax"
     model: str = "tiny:idefics3"
     proprio: str = "projection"

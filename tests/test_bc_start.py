@@ -1,0 +1,177 @@
+"""The stronger BC start: demos recorded with noise injection and labelled by the expert (DART),
+and the MLP token policy's state normalisation fitted on the demos. Real scenes and real
+(tiny) networks: push and reach demos recorded here, a policy cloned and exported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import tasks
+from harness import config as harness_config
+from harness.bc import pretrain_bc, split_by_episode
+from harness.config.errors import ConfigError
+from harness.demos import collect_demos, load_demos, rebuild_env
+from harness.export import export_onnx, sample_observations
+from harness.policies import TokenPolicyConfig, load_policy, make, obs_to_batch, save_policy
+from harness.start_policy import cloned_start_policy, demo_file
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def dart_demos(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dart") / "push_dart.hdf5"
+    summary = collect_demos(path, "push", episodes=3, noise=0.5, obs_mode="state",
+                            difficulty=1.0, seed=3, progress=False, label="expert")
+    return path, summary
+
+
+def test_expert_labels_are_the_expert_action_in_the_state_the_noise_led_to(dart_demos):
+    path, summary = dart_demos
+    demos = load_demos(path)
+    assert summary["episodes"] == 3 and demos.successes.all()
+    assert demos.env_args["collection"] == {"noise": 0.5, "seed": 3, "only_successes": True,
+                                            "label": "expert"}
+    env = rebuild_env(demos.env_args)
+
+    with h5py.File(path, "r") as f:
+        for name in sorted(f["data"]):
+            group = f["data"][name]
+            labels, executed = group["actions"][()], group["executed_actions"][()]
+            # the noise moved the executed actions away from the labels...
+            assert np.abs(executed - labels).mean() > 0.2
+            for t in (0, len(labels) // 2, len(labels) - 1):
+                env.unwrapped.restore(tasks.snapshot_from_bytes(bytes(group["snapshots"][t])))
+                expert = np.clip(env.unwrapped.expert_action(), -1, 1).astype(np.float32)
+                # ...and each label is the noise-free expert action where the noise led
+                np.testing.assert_array_equal(labels[t], expert)
+            # replaying the executed actions from the reset reproduces the recorded states
+            obs, _ = env.reset(seed=int(group.attrs["seed"]), options={"difficulty": 1.0})
+            for t in range(len(labels)):
+                np.testing.assert_array_equal(obs["state"], group["obs/state"][t])
+                obs, *_ = env.step(executed[t])
+    env.close()
+
+
+def test_default_label_keeps_the_executed_action_and_no_second_copy(tmp_path):
+    path = tmp_path / "reach.hdf5"
+    collect_demos(path, "reach", episodes=1, noise=0.3, obs_mode="state", progress=False)
+
+    with h5py.File(path, "r") as f:
+        assert "executed_actions" not in f["data/demo_0"]
+        assert "label" not in load_demos(path).env_args["collection"]
+    with pytest.raises(ValueError, match="label='clean'; choose one of"):
+        collect_demos(tmp_path / "x.hdf5", "reach", 1, label="clean", progress=False)
+
+
+def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
+    options = {"obs_mode": "state"}
+    plain = demo_file(tmp_path, "push", options, 20, 1.0)
+    noisy = demo_file(tmp_path, "push", options, 20, 1.0, noise=0.5)
+    assert plain == demo_file(tmp_path, "push", options, 20, 1.0, noise=0.0)
+    assert noisy != plain and "_dart0.5_d1_n20" in noisy.name
+    policy, metrics = cloned_start_policy(
+        "reach", {"obs_mode": "state", "max_episode_steps": 30},
+        TokenPolicyConfig(kind="mlp", hidden=16), demos=2, epochs=1, difficulty=0.0,
+        demo_dir=tmp_path, progress=False, noise=0.4)
+    assert "_dart0.4_" in metrics["bc/demo_file"]
+    assert load_demos(metrics["bc/demo_file"]).env_args["collection"]["label"] == "expert"
+
+
+# --- state normalisation ----------------------------------------------------------------------
+
+
+def test_bc_fits_the_state_normaliser_on_the_training_episodes(dart_demos):
+    demos = load_demos(dart_demos[0])
+    env = rebuild_env(demos.env_args)
+    torch.manual_seed(0)
+    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, normalize_state=True),
+                  env.observation_space)
+    np.testing.assert_array_equal(policy.state_mean.numpy(), 0.0)  # identity until fitted
+    np.testing.assert_array_equal(policy.state_std.numpy(), 1.0)
+    metrics = pretrain_bc(policy, demos, epochs=1, seed=0, val_fraction=0.34, progress=False)
+    train_idx = split_by_episode(demos.episode_ids, 0.34, seed=0)[0].numpy()
+    state = demos.obs["state"][train_idx].astype(np.float64)
+    assert metrics["bc/normalizer_states"] == len(train_idx) < len(demos)
+    np.testing.assert_allclose(policy.state_mean.numpy(), state.mean(0), rtol=1e-5, atol=1e-7)
+    std = np.maximum(state.std(0, ddof=1), policy.MIN_STD)
+    np.testing.assert_allclose(policy.state_std.numpy(), std, rtol=1e-5)
+    assert (policy.state_std.numpy() == policy.MIN_STD).any()  # e.g. the cube's quaternion
+
+    # the features read the standardised state: the same as an unnormalised twin fed it
+    twin = make(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    twin.load_state_dict({k: v for k, v in policy.state_dict().items()
+                          if not k.startswith("state_")})
+    batch = obs_to_batch(demos.obs, batched=True)
+    scaled = {**batch, "state": (batch["state"] - policy.state_mean) / policy.state_std}
+    with torch.no_grad():
+        torch.testing.assert_close(policy.logits(batch), twin.logits(scaled))
+    env.close()
+
+
+def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
+    demos = load_demos(dart_demos[0])
+    env = rebuild_env(demos.env_args)
+    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, normalize_state=True),
+                  env.observation_space)
+    pretrain_bc(policy, demos, epochs=2, seed=0, progress=False)
+    save_policy(tmp_path / "p.pt", policy)
+    loaded = load_policy(tmp_path / "p.pt", env.observation_space)
+    assert loaded.config.normalize_state
+    torch.testing.assert_close(loaded.state_std, policy.state_std, rtol=0, atol=0)
+    # a policy without the option has no buffers, so older checkpoints load as they did
+    plain = make(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    assert not any(k.startswith("state_") for k in plain.state_dict())
+    assert plain.fit_normalizer({"state": torch.zeros(4, 22)}) == {}
+
+    observations = sample_observations(env, 40, seed=1)
+    model, record = export_onnx(policy, {"task": "push", "task_options": {"obs_mode": "state"}},
+                                observations)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    batch = obs_to_batch(observations)
+    feeds = {node.name: batch[node.name].numpy() for node in session.get_inputs()}
+    (logits,) = session.run(["logits"], feeds)
+    with torch.no_grad():
+        assert np.abs(logits - policy.logits(batch).numpy()).max() <= 1e-4
+    env.close()
+    with pytest.raises(ValueError, match="at least 2 states"):
+        policy.fit_normalizer({"state": torch.zeros(1, 22)})
+
+
+def test_bad_options_are_refused_by_name():
+    base = ["task=push", "algo=grpo", "policy=mlp"]
+    with pytest.raises(ConfigError, match="algo.bc_noise=-0.1; must be >= 0"):
+        harness_config.compose([*base, "algo.bc_noise=-0.1"])
+    with pytest.raises(ConfigError, match="policy.normalize_state=true is read by the group"):
+        harness_config.compose(["task=push", "algo=ppo", "policy=mlp",
+                                "policy.normalize_state=true"])
+    with pytest.raises(ConfigError, match="algo.bc_noise=0.5 shapes the demos"):
+        harness_config.compose([*base, "algo.bc_noise=0.5"])  # no algo.bc_demos
+    cfg = harness_config.compose([*base, "policy.normalize_state=true", "algo.bc_noise=0.5",
+                                  "algo.bc_demos=5"])
+    assert cfg.policy.token_policy_config().normalize_state and cfg.algo.bc_noise == 0.5
+
+
+def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    common = [sys.executable, "scripts/collect_demos.py", "task=reach", "task.obs_mode=state",
+              "episodes=1", "noise=0.3", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    out = tmp_path / "reach.hdf5"
+    done = subprocess.run([*common, "label=expert", f"out={out}"], cwd=root,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with h5py.File(out, "r") as f:
+        assert "executed_actions" in f["data/demo_0"]
+    refused = subprocess.run([*common, "label=noisy", f"out={tmp_path / 'x.hdf5'}"], cwd=root,
+                             capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert "label='noisy'; choose one of ('executed', 'expert')" in refused.stderr
+    assert not (tmp_path / "x.hdf5").exists()
