@@ -22,7 +22,7 @@ from harness.policies import (
     save_policy,
     tokens_to_actions,
 )
-from harness.policies.token_policy import SpatialSoftmax
+from harness.policies.layers import SpatialSoftmax
 from tasks.language import MAX_TOKENS, VOCAB_SIZE
 
 torch.set_num_threads(1)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from common.files import atomic_write
+from harness.policies.layers import InstructionEncoder, SpatialSoftmax
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
     KINDS,
@@ -36,52 +37,11 @@ from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: rea
     sample_tokens,
     tokens_to_actions,
 )
-from tasks.language import PAD, VOCAB_SIZE
 
 CHECKPOINT_FORMAT = 1
 
 
 # --- policies ---------------------------------------------------------------------------------
-
-
-class InstructionEncoder(nn.Module):
-    """Mean of the token embeddings over non-pad tokens; all-pad gives zeros."""
-
-    def __init__(self, embed_dim: int) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(VOCAB_SIZE, embed_dim, padding_idx=PAD)
-
-    def forward(self, instruction: torch.Tensor) -> torch.Tensor:
-        """``(B, L)`` int64 token ids -> ``(B, embed_dim)``."""
-        valid = (instruction != PAD).unsqueeze(-1).to(torch.float32)  # (B, L, 1)
-        summed = (self.embedding(instruction) * valid).sum(dim=1)
-        return summed / valid.sum(dim=1).clamp(min=1.0)
-
-
-class SpatialSoftmax(nn.Module):
-    """Feature map ``(B, C, H, W)`` -> ``(B, 2C)`` expected ``(x, y)`` in ``[-1, 1]`` per channel.
-
-    Each channel's map is turned into a distribution over positions by a softmax (with one
-    learned temperature), and the expected coordinates are the keypoint of that channel (Levine
-    et al. 2016, "End-to-end training of deep visuomotor policies"). Unlike pooling it keeps the
-    sub-cell position of what a channel detects, which is what reaching and pushing need.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.log_temperature = nn.Parameter(torch.zeros(()))
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W)`` -> ``(B, 2C)``: all x coordinates, then all y coordinates."""
-        _, _, height, width = features.shape
-        weights = torch.softmax(
-            features.flatten(2) / self.log_temperature.exp(), dim=-1
-        ).view_as(features)  # (B, C, H, W), each channel sums to 1
-        xs = torch.linspace(-1.0, 1.0, width, device=features.device, dtype=features.dtype)
-        ys = torch.linspace(-1.0, 1.0, height, device=features.device, dtype=features.dtype)
-        expected_x = (weights.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
-        expected_y = (weights.sum(dim=3) * ys).sum(dim=-1)  # (B, C)
-        return torch.cat([expected_x, expected_y], dim=-1)
 
 
 class TokenPolicy(nn.Module):

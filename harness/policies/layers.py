@@ -1,0 +1,48 @@
+"""Layers the token policies are built from: the instruction encoder and the spatial softmax."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tasks.language import PAD, VOCAB_SIZE
+
+
+class InstructionEncoder(nn.Module):
+    """Mean of the token embeddings over non-pad tokens; all-pad gives zeros."""
+
+    def __init__(self, embed_dim: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB_SIZE, embed_dim, padding_idx=PAD)
+
+    def forward(self, instruction: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` int64 token ids -> ``(B, embed_dim)``."""
+        valid = (instruction != PAD).unsqueeze(-1).to(torch.float32)  # (B, L, 1)
+        summed = (self.embedding(instruction) * valid).sum(dim=1)
+        return summed / valid.sum(dim=1).clamp(min=1.0)
+
+
+class SpatialSoftmax(nn.Module):
+    """Feature map ``(B, C, H, W)`` -> ``(B, 2C)`` expected ``(x, y)`` in ``[-1, 1]`` per channel.
+
+    Each channel's map is turned into a distribution over positions by a softmax (with one
+    learned temperature), and the expected coordinates are the keypoint of that channel (Levine
+    et al. 2016, "End-to-end training of deep visuomotor policies"). Unlike pooling it keeps the
+    sub-cell position of what a channel detects, which is what reaching and pushing need.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` -> ``(B, 2C)``: all x coordinates, then all y coordinates."""
+        _, _, height, width = features.shape
+        weights = torch.softmax(
+            features.flatten(2) / self.log_temperature.exp(), dim=-1
+        ).view_as(features)  # (B, C, H, W), each channel sums to 1
+        xs = torch.linspace(-1.0, 1.0, width, device=features.device, dtype=features.dtype)
+        ys = torch.linspace(-1.0, 1.0, height, device=features.device, dtype=features.dtype)
+        expected_x = (weights.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
+        expected_y = (weights.sum(dim=3) * ys).sum(dim=-1)  # (B, C)
+        return torch.cat([expected_x, expected_y], dim=-1)
