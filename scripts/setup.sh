@@ -33,4 +33,4 @@ PY
 # The CPU build first: a bare `torch` requirement on an empty venv would pull a multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 "$venv/bin/python" -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-"$venv/bin/python" -c "import torch, mujoco, tasks; print('torch', torch.__version__, '| mujoco', mujoco.__version__, '| MUJOCO_GL', __import__('os').environ['MUJOCO_GL'])"
+"$venv/bin/python" -c "import tasks, torch, mujoco; print('torch', torch.__version__, '| mujoco', mujoco.__version__, '| MUJOCO_GL', __import__('os').environ['MUJOCO_GL'])"
