@@ -5,8 +5,9 @@
 runs ``scripts/train.py`` with the main job's pixel settings (TinyVLA on ``push``, 2 rollout
 workers) for ``--minutes`` (budgeted by ``max_minutes``: a soak is about time, not a result), and
 every ``--every`` seconds records the resident memory of the trainer process and of its rollout
-workers (from ``/proc``, Linux). Writes ``rss.csv``, ``soak.json`` (first, last and peak RSS, the
-growth over the second half) and ``rss.png`` into ``--out``.
+workers (from ``/proc``, Linux). Writes ``rss.csv``, ``soak.json`` (first, last and peak RSS and the
+least-squares trend of each, over the training window: :func:`summarise`) and ``rss.png`` into
+``--out``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,48 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def trend(minutes: list[float], values: list[float]) -> float:
+    """Least-squares slope of ``values`` over ``minutes``, per minute (0 for fewer than 2 times)."""
+    if len(minutes) < 2 or max(minutes) == min(minutes):
+        return 0.0
+    mean_t, mean_v = sum(minutes) / len(minutes), sum(values) / len(values)
+    covariance = sum((t - mean_t) * (v - mean_v) for t, v in zip(minutes, values, strict=True))
+    return covariance / sum((t - mean_t) ** 2 for t in minutes)
+
+
+def summarise(rows: list[tuple[float, float, float, int]], warmup_minutes: float = 5.0) -> dict:
+    """Memory figures over the training window of a soak's samples.
+
+    The window is the samples whose rollout workers hold at least half their peak memory (start
+    and shutdown excluded), from ``warmup_minutes`` on when the window lasts longer than that.
+    ``trend`` is the least-squares slope over every sample; the trainer's ``floor_trend`` is the
+    slope of each minute's lowest sample, the memory held between iterations (a sample taken
+    during an update also counts the update's short-lived tensors).
+    """
+    peak_workers = max(row[2] for row in rows)
+    window = [row for row in rows if row[2] >= 0.5 * peak_workers] or rows
+    settled = [row for row in window if row[0] >= 60.0 * warmup_minutes]
+    window = settled if len(settled) >= 2 else window
+    minutes = [row[0] / 60.0 for row in window]
+    floors: dict[int, float] = {}
+    for t, row in zip(minutes, window, strict=True):
+        floors[int(t)] = min(floors.get(int(t), row[1]), row[1])
+
+    def figures(column: int) -> dict:
+        values = [row[column] for row in window]
+        return {"first": values[0], "last": values[-1], "peak": max(values),
+                "trend_mb_per_min": round(trend(minutes, values), 2)}
+
+    return {
+        "minutes": round(rows[-1][0] / 60.0, 1), "samples": len(rows),
+        "window_minutes": [round(minutes[0], 1), round(minutes[-1], 1)],
+        "trainer_rss_mb": figures(1) | {"floor_trend_mb_per_min": round(
+            trend([float(t) for t in floors], list(floors.values())), 2)},
+        "workers_rss_mb": figures(2),
+        "total_rss_peak_mb": round(max(row[1] + row[2] for row in window), 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="length of the soak")
@@ -79,20 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     writer.writerow(("seconds", "trainer_rss_mb", "workers_rss_mb", "workers"))
     writer.writerows(rows)
     atomic_write_text(args.out / "rss.csv", buffer.getvalue())
-    busy = [row for row in rows if row[3] > 0] or rows
-    half = busy[len(busy) // 2:]
-    total = [row[1] + row[2] for row in busy]
-    summary = {
-        "minutes": round(rows[-1][0] / 60.0, 1), "samples": len(rows),
-        "trainer_rss_mb": {"first": busy[0][1], "last": busy[-1][1],
-                           "peak": max(row[1] for row in busy)},
-        "workers_rss_mb": {"first": busy[0][2], "last": busy[-1][2],
-                           "peak": max(row[2] for row in busy)},
-        "total_rss_growth_second_half_mb": round(half[-1][1] + half[-1][2]
-                                                 - half[0][1] - half[0][2], 1),
-        "total_rss_peak_mb": round(max(total), 1),
-        "summary": str(args.out / "run" / "summary.json"),
-    }
+    summary = summarise(rows) | {"summary": str(args.out / "run" / "summary.json")}
     write_json(args.out / "soak.json", summary)
 
     from common.plots import plt, save_figure

@@ -42,7 +42,7 @@ from harness import curriculum as curricula
 from harness.algos import pools, ray_cluster
 from harness.algos.collect import build_detector, collect_groups, rollout_metrics
 from harness.algos.group_update import GroupTrainer
-from harness.algos.hooks import Schedule, TimeGuard, better, score
+from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
 from harness.algos.start_states import StartStates, demo_start_file
 from harness.config import MAX_RESAMPLE_ROUNDS
 from harness.demos import load_demo_snapshots
@@ -349,6 +349,7 @@ def train(cfg, run) -> dict[str, Any]:
             if checkpointing.due(env_steps):
                 checkpointing.advance(env_steps)
                 save("latest")
+            release_free_memory()  # the iteration's batches leave holes glibc would keep
             bar.update(1)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
                             signal=f"{metrics['rollout/signal_fraction']:.2f}",
