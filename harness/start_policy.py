@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from harness.bc import pretrain_bc, split_by_episode
+from harness.bc import pretrain_bc, random_shift, split_by_episode
 from harness.policies import TokenPolicy, obs_to_batch, resolve_device
 
 NAMED_DEMO_OPTIONS: tuple[str, ...] = ("obs_mode", "camera", "image_size", "max_episode_steps")
@@ -42,6 +42,7 @@ def pretrain_state_features(
     batch_size: int = 64,
     seed: int = 0,
     val_fraction: float = 0.1,
+    shift_pad: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Teach a pixel policy's features where things are, before behaviour cloning.
@@ -70,6 +71,9 @@ def pretrain_state_features(
         batch_size: Frames per gradient step.
         seed: Seeds the episodes, the split and the shuffling.
         val_fraction: Share of episodes held out to report how well the state is predicted.
+        shift_pad: Randomly shift the training frames by up to this many pixels
+            (:func:`harness.bc.random_shift`, DrQ); the held-out frames are never shifted. 0
+            trains on the frames as rendered.
         progress: Show progress bars.
 
     Returns:
@@ -78,12 +82,15 @@ def pretrain_state_features(
         ``pretrain/seconds``.
 
     Raises:
-        ValueError: ``episodes`` or ``epochs`` < 1, or a policy that does not read pixels.
+        ValueError: ``episodes`` or ``epochs`` < 1, ``shift_pad`` < 0, or a policy that does
+            not read pixels.
     """
     import tasks
 
     if episodes < 1 or epochs < 1:
         raise ValueError(f"episodes={episodes}, epochs={epochs}; both must be >= 1")
+    if shift_pad < 0:
+        raise ValueError(f"shift_pad={shift_pad}; must be >= 0 (pixels)")
     if "pixels" not in policy.obs_shapes:
         raise ValueError(
             f"state-feature pretraining is for pixel policies; this {policy.config.kind} policy"
@@ -129,6 +136,7 @@ def pretrain_state_features(
             batch_size
         ):
             batch = {key: value[batch_idx] for key, value in obs.items()}
+            batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
             loss = F.mse_loss(head(policy.features(batch)), target[batch_idx])
             optimizer.zero_grad()
             loss.backward()
@@ -170,6 +178,9 @@ def cloned_start_policy(
     device: str = "cpu",
     dataset: str | os.PathLike | None = None,
     noise: float = 0.0,
+    state_pretrain_shift_pad: int = 0,
+    bc_shift_pad: int = 4,
+    bc_lr: float = 3e-3,
 ) -> tuple[TokenPolicy, dict[str, Any]]:
     """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
     group fine-tuning. Demos are recorded once per task, options and difficulty, then reused;
@@ -198,6 +209,11 @@ def cloned_start_policy(
         noise: When > 0, the demos are recorded with this Gaussian noise on the executed
             actions and labelled with the expert's noise-free ones (DART; see
             :func:`harness.demos.collect_demos`'s ``label``), and cached apart.
+        state_pretrain_shift_pad: Random-shift augmentation of the state pretraining's frames
+            (``shift_pad`` of :func:`pretrain_state_features`); 0 leaves them as rendered.
+        bc_shift_pad: Random-shift augmentation of the pixels in behaviour cloning
+            (``shift_pad`` of :func:`harness.bc.pretrain_bc`); 0 leaves them as rendered.
+        bc_lr: Learning rate of behaviour cloning (``lr`` of :func:`harness.bc.pretrain_bc`).
 
     Returns:
         ``(policy, metrics)``; metrics include the demo file (or ``bc/dataset``), the BC losses
@@ -236,11 +252,13 @@ def cloned_start_policy(
     if state_pretrain_episodes > 0:
         pretrain_metrics = pretrain_state_features(
             policy, task, task_options, episodes=state_pretrain_episodes,
-            epochs=state_pretrain_epochs, difficulty=difficulty, seed=seed, progress=progress,
+            epochs=state_pretrain_epochs, difficulty=difficulty, seed=seed,
+            shift_pad=state_pretrain_shift_pad, progress=progress,
         )
     if demonstrations is None:
         demonstrations = load_demos(path)
-    metrics = pretrain_bc(policy, demonstrations, epochs=epochs, seed=seed, progress=progress)
+    metrics = pretrain_bc(policy, demonstrations, epochs=epochs, lr=bc_lr, seed=seed,
+                          augment=bc_shift_pad > 0, shift_pad=bc_shift_pad, progress=progress)
     metrics.pop("history", None)
     source = {"bc/demo_file": str(path)} if dataset is None else {"bc/dataset": str(dataset)}
     return policy, {**pretrain_metrics, **metrics, **source}

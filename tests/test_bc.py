@@ -310,6 +310,38 @@ def test_state_pretraining_refuses_bad_input():
         pretrain_state_features(mlp, "reach", options, episodes=0, progress=False)
 
 
+def test_shift_augmentation_reaches_training_only_and_is_seeded(tmp_path):
+    # The same seed gives the same clone; a shift in the state pretraining, or in BC, changes
+    # what is learned; the clone's actions are then a function of the observation alone (no
+    # shift at inference): two calls on the same frame agree.
+    options = {"obs_mode": "pixels", "image_size": IMAGE, "max_episode_steps": 12}
+    config = TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4))
+
+    def clone(pretrain_pad: int, bc_pad: int) -> dict[str, torch.Tensor]:
+        policy, metrics = cloned_start_policy(
+            "reach", options, config, demos=2, epochs=2, difficulty=1.0, demo_dir=tmp_path,
+            progress=False, state_pretrain_episodes=3, state_pretrain_epochs=2,
+            state_pretrain_shift_pad=pretrain_pad, bc_shift_pad=bc_pad)
+        assert math.isfinite(metrics["pretrain/val_r2"])
+        return policy
+
+    plain = clone(0, 0)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                 clone(0, 0).state_dict().values(), strict=True))
+    for pads in ((3, 0), (0, 3)):
+        shifted = clone(*pads)
+        assert not torch.equal(shifted.image_encoder[0].weight, plain.image_encoder[0].weight)
+    env = tasks.make("reach", **options)
+    obs, _ = env.reset(seed=0)
+    env.close()
+    batch = {key: torch.as_tensor(value)[None] for key, value in obs.items()}
+    with torch.no_grad():
+        assert torch.equal(shifted.logits(batch), shifted.logits(batch))
+    with pytest.raises(ValueError, match="shift_pad=-1"):
+        pretrain_state_features(shifted, "reach", options, episodes=1, shift_pad=-1,
+                                progress=False)
+
+
 # --- the cloned start policy ------------------------------------------------------------------
 
 

@@ -155,9 +155,17 @@ def test_bad_options_are_refused_by_name():
                                 "policy.normalize_state=true"])
     with pytest.raises(ConfigError, match="algo.bc_noise=0.5 shapes the demos"):
         harness_config.compose([*base, "algo.bc_noise=0.5"])  # no algo.bc_demos
+    with pytest.raises(ConfigError, match="algo.bc_lr=0.0; must be > 0"):
+        harness_config.compose([*base, "algo.bc_lr=0.0"])
+    for key, value in (("state_pretrain_shift_pad", -1), ("bc_shift_pad", -4)):
+        with pytest.raises(ConfigError, match=f"algo.{key}={value}; must be >= 0"):
+            harness_config.compose([*base, f"algo.{key}={value}"])
     cfg = harness_config.compose([*base, "policy.normalize_state=true", "algo.bc_noise=0.5",
                                   "algo.bc_demos=5"])
     assert cfg.policy.token_policy_config().normalize_state and cfg.algo.bc_noise == 0.5
+    # today's recipe unless switched on: BC shifts pixels by up to 4, pretraining does not
+    assert (cfg.algo.bc_shift_pad, cfg.algo.state_pretrain_shift_pad) == (4, 0)
+    assert cfg.algo.bc_lr == 3e-3  # pretrain_bc's own default
 
 
 def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path):

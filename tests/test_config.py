@@ -133,7 +133,7 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
 
 SB3_FIELDS = {"net_arch", "activation", "log_std_init", "features_dim"}
 TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_size",
-                   "image_features"}
+                   "image_features", "instruction_keypoints"}
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,8 @@ TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_s
      (["policy=mlp"], MLPPolicyConfig,
       {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim",
        "normalize_state"},
-      {"features_dim", "conv_channels", "pooled_size", "image_features"})],
+      {"features_dim", "conv_channels", "pooled_size", "image_features",
+       "instruction_keypoints"})],
 )
 def test_each_policy_file_composes_into_a_schema_of_only_the_fields_it_reads(
         overrides, schema, fields, absent):
@@ -154,6 +155,19 @@ def test_each_policy_file_composes_into_a_schema_of_only_the_fields_it_reads(
     printed = OmegaConf.create(to_yaml(config)).policy  # what --cfg job and config.yaml show
     assert set(printed) == {"name", "use_instruction", *fields}
     assert not absent & set(printed)
+
+
+def test_instruction_keypoints_are_validated_by_name():
+    base = ["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels"]
+    assert compose(base).policy.token_policy_config().instruction_keypoints == 0
+    chosen = compose([*base, "policy.instruction_keypoints=4"]).policy.token_policy_config()
+    assert chosen.instruction_keypoints == 4
+    with pytest.raises(ConfigError, match="policy.instruction_keypoints=-1; must be >= 0"):
+        compose([*base, "policy.instruction_keypoints=-1"])
+    with pytest.raises(ConfigError, match="needs policy.image_features=spatial_softmax"):
+        compose([*base, "policy.instruction_keypoints=2", "policy.image_features=avg_pool"])
+    with pytest.raises(ConfigError, match="policy.use_instruction=true"):
+        compose([*base, "policy.instruction_keypoints=2", "policy.use_instruction=false"])
 
 
 def test_token_policies_give_their_token_policy_config():

@@ -22,7 +22,7 @@ from harness.policies import (
     save_policy,
     tokens_to_actions,
 )
-from harness.policies.layers import SpatialSoftmax
+from harness.policies.layers import InstructionKeypoints, SpatialSoftmax
 from tasks.language import MAX_TOKENS, VOCAB_SIZE
 
 torch.set_num_threads(1)
@@ -104,6 +104,43 @@ def test_spatial_softmax_finds_a_hot_spot():
     maps[0, 0, 1, 3] = 50.0
     keypoints = SpatialSoftmax()(maps)
     torch.testing.assert_close(keypoints, torch.tensor([[0.5, 0.0, -0.5, 0.0]]))
+
+
+def test_instruction_keypoints_average_the_channels_the_words_pick():
+    # Two channels with keypoints (x, y) = (0.5, 0.1) and (-0.5, 0.9). A query whose logits
+    # are (20, 0) picks the first, one with (0, 0) averages them: (0, 0.5); one with
+    # (ln 3, 0) weighs them 3:1: (0.25, 0.3).
+    chooser = InstructionKeypoints(embed_dim=2, channels=2, queries=3)
+    with torch.no_grad():
+        chooser.query.weight.zero_()
+        chooser.query.bias.copy_(torch.tensor([20.0, 0.0, 0.0, 0.0, math.log(3.0), 0.0]))
+    keypoints = torch.tensor([[0.5, -0.5, 0.1, 0.9]])  # all x, then all y
+    chosen = chooser(keypoints, torch.zeros(1, 2))
+    torch.testing.assert_close(chosen, torch.tensor([[0.5, 0.1, 0.0, 0.5, 0.25, 0.3]]))
+
+
+def test_tiny_vla_instruction_keypoints_are_off_by_default_and_read_the_words():
+    space = _space("pixels", "instruction", image=24)
+    assert not hasattr(make(TokenPolicyConfig(kind="tiny_vla", hidden=16,
+                                              conv_channels=(4, 4)), space), "keypoint_chooser")
+    torch.manual_seed(0)
+    policy = make(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
+                                    instruction_keypoints=2), space)
+    assert policy.fusion[0].in_features == 2 * 4 + policy.config.embed_dim + 2 * 2
+    obs = _batch(space, 2)
+    other = {**obs, "instruction": obs["instruction"].flip(0)}
+    with torch.no_grad():
+        image = policy.encode_image(obs["pixels"])
+        words = policy.instruction_encoder(obs["instruction"])
+        assert not torch.equal(policy.keypoint_chooser(image, words),
+                               policy.keypoint_chooser(image, policy.instruction_encoder(
+                                   other["instruction"])))
+    with pytest.raises(ValueError, match="instruction_keypoints=-1"):
+        TokenPolicyConfig(kind="tiny_vla", instruction_keypoints=-1)
+    with pytest.raises(ValueError, match="instruction_keypoints=2 with image_features='avg_pool'"):
+        TokenPolicyConfig(kind="tiny_vla", instruction_keypoints=2, image_features="avg_pool")
+    with pytest.raises(ValueError, match="needs spatial_softmax features and an instruction"):
+        make(policy.config, _space("pixels", image=24))
 
 
 @pytest.mark.parametrize("image_features", ["spatial_softmax", "avg_pool"])

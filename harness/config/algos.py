@@ -239,6 +239,7 @@ class GroupAlgoConfig(AlgoConfig):
             ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
             recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
         bc_epochs: Epochs of that behaviour cloning.
+        bc_lr: Its AdamW learning rate (``harness.bc.pretrain_bc``'s ``lr``).
         bc_noise: Gaussian noise (standard deviation, in action units) injected into the
             executed actions while recording those demos, each step labelled with the expert's
             noise-free action (DART, Laskey et al. 2017): the cloned policy learns to recover
@@ -249,6 +250,11 @@ class GroupAlgoConfig(AlgoConfig):
             features the simulator state on this many noisy-expert episodes
             (``harness.start_policy.pretrain_state_features``); 0 skips it.
         state_pretrain_epochs: Epochs of that pretraining.
+        state_pretrain_shift_pad: Random-shift augmentation (DrQ: each frame shifted by up to
+            this many pixels, the border repeated) of that pretraining's training frames; 0
+            (the default) trains on the frames as rendered.
+        bc_shift_pad: The same augmentation of the pixels in behaviour cloning; 4 by default,
+            0 switches it off. Neither augmentation touches evaluation or rollouts.
         freeze_encoder: Fine-tune only what reads the image features (fusion MLP and heads) of
             a pixel policy, keeping its image encoder as BC left it; the update then encodes
             each frame once per iteration instead of once per epoch and minibatch.
@@ -287,10 +293,13 @@ class GroupAlgoConfig(AlgoConfig):
     bc_demos: int = 0
     bc_dataset: str | None = None
     bc_epochs: int = 40
+    bc_lr: float = 3e-3
     bc_noise: float = 0.0
     bc_difficulty: float | None = None
     state_pretrain_episodes: int = 0
     state_pretrain_epochs: int = 15
+    state_pretrain_shift_pad: int = 0
+    bc_shift_pad: int = 4
     freeze_encoder: bool = False
     start_states: str = "reset"
     start_weights: dict[str, float | None] = field(
@@ -331,6 +340,10 @@ class GroupAlgoConfig(AlgoConfig):
               f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
         for key in ("bc_demos", "state_pretrain_episodes"):
             check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
+        check(self.bc_lr > 0, f"algo.bc_lr={self.bc_lr}; must be > 0")
+        for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
+            check(getattr(self, key) >= 0,
+                  f"algo.{key}={getattr(self, key)}; must be >= 0 (a shift in pixels)")
         check(self.bc_noise >= 0, f"algo.bc_noise={self.bc_noise}; must be >= 0 (a standard "
                                   "deviation in action units)")
         check(self.bc_noise == 0 or (self.bc_demos > 0 and not self.init_policy),

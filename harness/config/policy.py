@@ -146,6 +146,9 @@ class TinyVLAConfig(TokenPolicyFields):
         pooled_size: Side of the pooled feature map (``avg_pool`` only).
         image_features: ``spatial_softmax`` (keypoints, the default) or ``avg_pool``
             (``harness.policies.TokenPolicyConfig.image_features``).
+        instruction_keypoints: Keypoints chosen by the instruction (an instruction-weighted
+            average of the image keypoints each), added to what the fusion MLP reads; 0 (the
+            default) adds none. Needs ``spatial_softmax`` and ``use_instruction``.
     """
 
     name: str = "tiny_vla"
@@ -153,16 +156,26 @@ class TinyVLAConfig(TokenPolicyFields):
     conv_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     pooled_size: int = 4
     image_features: str = "spatial_softmax"
+    instruction_keypoints: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.image_features in IMAGE_FEATURES,
               f"policy.image_features={self.image_features!r}; choose one of {IMAGE_FEATURES}")
+        check(self.instruction_keypoints >= 0,
+              f"policy.instruction_keypoints={self.instruction_keypoints}; must be >= 0")
+        check(not self.instruction_keypoints or (
+                  self.image_features == "spatial_softmax" and self.use_instruction),
+              f"policy.instruction_keypoints={self.instruction_keypoints} chooses among "
+              f"spatial-softmax keypoints by the instruction; it needs "
+              f"policy.image_features=spatial_softmax (not {self.image_features!r}) and "
+              f"policy.use_instruction=true (not {self.use_instruction})")
 
     def token_policy_config(self) -> TokenPolicyConfig:
         return dataclasses.replace(
             super().token_policy_config(), conv_channels=tuple(self.conv_channels),
             pooled_size=self.pooled_size, image_features=self.image_features,
+            instruction_keypoints=self.instruction_keypoints,
         )
 
 

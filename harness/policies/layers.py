@@ -1,4 +1,5 @@
-"""Layers the token policies are built from: the instruction encoder and the spatial softmax."""
+"""Layers the token policies are built from: the instruction encoder, the spatial softmax and
+the keypoints an instruction chooses."""
 
 from __future__ import annotations
 
@@ -46,3 +47,32 @@ class SpatialSoftmax(nn.Module):
         expected_x = (weights.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
         expected_y = (weights.sum(dim=3) * ys).sum(dim=-1)  # (B, C)
         return torch.cat([expected_x, expected_y], dim=-1)
+
+
+class InstructionKeypoints(nn.Module):
+    """Keypoints chosen by the instruction: ``(B, 2C)`` keypoints + ``(B, E)`` -> ``(B, 2Q)``.
+
+    Picking "the red cube" among keypoints of every colour is a product of the words and the
+    image, which a concatenation fused by an MLP learns poorly from a few demos. Each of the
+    ``Q`` queries is a softmax over the ``C`` channels computed from the instruction embedding,
+    and its keypoint is the weighted average of the channels' keypoints (soft attention over
+    keypoints).
+
+    Args:
+        embed_dim: Width ``E`` of the instruction embedding.
+        channels: ``C``, keypoints of the spatial softmax.
+        queries: ``Q``, keypoints to choose.
+    """
+
+    def __init__(self, embed_dim: int, channels: int, queries: int) -> None:
+        super().__init__()
+        self.queries = queries
+        self.query = nn.Linear(embed_dim, queries * channels)
+
+    def forward(self, keypoints: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
+        """``(B, 2C)`` keypoints (all x, then all y) and ``(B, E)`` instruction embedding ->
+        ``(B, 2Q)``: each chosen keypoint's ``(x, y)``, in ``[-1, 1]`` as the inputs."""
+        xy = keypoints.view(len(keypoints), 2, -1)  # (B, 2, C)
+        logits = self.query(instruction).view(len(xy), self.queries, -1)  # (B, Q, C)
+        weights = torch.softmax(logits, dim=-1)  # each query sums to 1 over the channels
+        return torch.einsum("bqc,bdc->bqd", weights, xy).flatten(1)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from common.files import atomic_write
-from harness.policies.layers import InstructionEncoder, SpatialSoftmax
+from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
     KINDS,
@@ -221,7 +221,8 @@ class TinyVLA(TokenPolicy):
     A small CNN encodes ``pixels`` into keypoints (spatial softmax, the default) or a pooled
     grid; the instruction is a mean of token embeddings; ``proprio`` goes through a linear layer.
     The three are concatenated and fused by an MLP into the shared feature read by the
-    per-dimension token head.
+    per-dimension token head. With ``instruction_keypoints`` = Q, Q keypoints chosen by the
+    instruction (:class:`~harness.policies.layers.InstructionKeypoints`) are fused too.
     """
 
     def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
@@ -251,6 +252,15 @@ class TinyVLA(TokenPolicy):
         if self.use_instruction:
             self.instruction_encoder = InstructionEncoder(config.embed_dim)
             fused_dim += config.embed_dim
+        self.instruction_keypoints = config.instruction_keypoints
+        if self.instruction_keypoints:
+            if not (keypoints and self.use_instruction):
+                raise ValueError(
+                    f"instruction_keypoints={self.instruction_keypoints} needs spatial_softmax "
+                    f"features and an instruction (observation keys {sorted(obs_shapes)})")
+            self.keypoint_chooser = InstructionKeypoints(config.embed_dim, in_channels,
+                                                         self.instruction_keypoints)
+            fused_dim += 2 * self.instruction_keypoints
         self.use_proprio = "proprio" in obs_shapes
         if self.use_proprio:
             self.proprio_encoder = nn.Sequential(
@@ -283,6 +293,8 @@ class TinyVLA(TokenPolicy):
             parts = [self.encode_image(obs["pixels"])]
         if self.use_instruction:
             parts.append(self.instruction_encoder(obs["instruction"]))
+            if self.instruction_keypoints:
+                parts.append(self.keypoint_chooser(parts[0], parts[1]))
         if self.use_proprio:
             parts.append(self.proprio_encoder(obs["proprio"].float()))
         return self.fusion(torch.cat(parts, dim=-1))

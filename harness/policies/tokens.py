@@ -132,6 +132,10 @@ class TokenPolicyConfig:
         image_features: How the last feature map becomes a vector: ``spatial_softmax`` (one
             expected image coordinate per channel, Levine et al. 2016, as robomimic's visual
             policies; keeps where things are) or ``avg_pool`` (a coarse pooled grid).
+        instruction_keypoints: ``tiny_vla`` with ``spatial_softmax`` and the instruction: this
+            many extra keypoints, each an average of the image keypoints weighted by a softmax
+            over channels that the instruction sets (what "the named cube" is depends on the
+            words); 0 adds none.
         model: ``hf_vla``: a named offline model (``tiny:idefics3``...) or a local folder.
         proprio: ``hf_vla``: ``projection`` (one prefix embedding projected from ``proprio``)
             or ``none``.
@@ -156,6 +160,7 @@ class TokenPolicyConfig:
     use_instruction: bool = True
     normalize_state: bool = False
     image_features: str = "spatial_softmax"
+    instruction_keypoints: int = 0
     model: str = "tiny:idefics3"
     proprio: str = "projection"
     dtype: str = "float32"
@@ -180,6 +185,13 @@ class TokenPolicyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"TokenPolicyConfig.{name}={value!r}; need a positive int")
+        if self.instruction_keypoints < 0 or (
+                self.instruction_keypoints and self.image_features != "spatial_softmax"):
+            raise ValueError(
+                f"TokenPolicyConfig.instruction_keypoints={self.instruction_keypoints} with "
+                f"image_features={self.image_features!r}; need >= 0, and spatial_softmax "
+                "features to choose keypoints from"
+            )
         self.conv_channels = tuple(self.conv_channels)
         if not self.conv_channels or any(
             not isinstance(c, int) or c < 1 for c in self.conv_channels
