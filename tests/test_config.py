@@ -277,8 +277,6 @@ def test_registry_names_every_algorithm_and_lists_choices_for_unknown_ones():
         trainers.trainer_module("sac")
 
 
-
-
 @pytest.mark.parametrize(
     "experiment", sorted(path.stem for path in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_each_experiment_file_composes_and_validates(experiment):
