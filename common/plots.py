@@ -120,7 +120,8 @@ def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: fl
     """Plot a run scored by a learned verifier against the scripted truth, per iteration: the
     attempts' true and detected success (and the true success of a ``reference`` run scored by
     the scripted verifier), top; the detector's false-positive and false-negative rates on the
-    policy's own attempts with the false-positive target, bottom.
+    policy's own attempts with the false-positive target, bottom, with a faint line at each
+    refresh of the detector (``detector_refresh``).
 
     Raises:
         ValueError: The run logged no ``detector/false_positive_rate`` (no learned verifier).
@@ -147,6 +148,10 @@ def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: fl
     bottom.plot(*curve(series, "detector/false_negative_rate"), color="tab:orange",
                 label="false-negative rate (of true successes)")
     bottom.axhline(fp_target, color="tab:red", linestyle=":", label=f"target {fp_target:g}")
+    refreshed = [step for step, value in series.get("detector/refresh_skipped", []) if value == 0]
+    for i, step in enumerate(refreshed):  # detector_refresh: the detector was fine-tuned here
+        bottom.axvline(step, color="tab:green", alpha=0.25, linewidth=0.8,
+                       label="detector refreshed" if i == 0 else None)
     bottom.set_xlabel("environment steps")
     bottom.xaxis.set_major_formatter(EngFormatter())
     bottom.set_ylabel("detector error rate")

@@ -9,6 +9,8 @@ reads them and answers the two questions of the audit:
 
 * did the detector's false-positive rate stay at or below ``--fp-target`` at every iteration,
   and if not, when and how far did it rise (the figure shows it against training);
+* with ``detector_refresh`` on, how many labels the in-run loop asked for, how many of them
+  were hard negatives, and how often it refreshed the detector;
 * is the run's final *true* success (held-out evaluation, scripted check) within
   ``--margin`` of a ``--reference`` run trained with the scripted verifier, same seed and budget.
 
@@ -60,6 +62,11 @@ def audit(run_dir: Path, reference: Path | None, fp_target: float, margin: float
                                                    if len(true) and len(seen) else math.nan),
         "fp_within_target_every_iteration": bool(len(above) == 0),
     }
+    if "detector/labels_total" in series:  # detector_refresh: the in-run loop's workload
+        result.update({key: int(series[f"detector/{key}"][-1][1])
+                       for key in ("labels_total", "hard_negatives_total")})
+        result["refreshes"] = int(max([v for _, v in series.get("detector/refreshes", [])],
+                                      default=0))
     summary = _summary(run_dir)
     result.update({"start_true_success": summary.get("start_success_rate"),
                    "final_true_success": summary["success_rate"]})

@@ -32,14 +32,17 @@ RESET_NOISE_STREAM = 9_001  # apart from the attempts' token generators (same fi
 
 
 # ---------------------------------------------------------------------------- scoring
-def _score(rollout: RolloutBatch, detector) -> tuple[np.ndarray, dict[str, float]]:
-    """Binary reward per attempt from the verifier, and its error rates against ground truth."""
+def _score(rollout: RolloutBatch, detector
+           ) -> tuple[np.ndarray, np.ndarray | None, dict[str, float]]:
+    """Binary reward per attempt from the verifier, a learned one's probabilities (else
+    ``None``), and its error rates against ground truth."""
     truth = rollout.success
     if detector is None:
-        return truth.astype(np.float32), {}
-    verdict = np.asarray(detector({"pixels": rollout.final_frames}), dtype=bool)
+        return truth.astype(np.float32), None, {}
+    probs = np.asarray(detector.predict_proba({"pixels": rollout.final_frames}))
+    verdict = probs >= detector.threshold
     positives, negatives = max(1, int(truth.sum())), max(1, int((~truth).sum()))
-    return verdict.astype(np.float32), {
+    return verdict.astype(np.float32), probs, {
         "detector/false_positive_rate": float((verdict & ~truth).sum() / negatives),
         "detector/false_negative_rate": float((~verdict & truth).sum() / positives),
         "detector/agreement": float((verdict == truth).mean()),
@@ -70,6 +73,16 @@ def build_detector(cfg, env):
     return detector
 
 
+def build_refresher(cfg, detector, out_dir):
+    """The in-run refresh of a learned verifier (``detector_refresh``), or ``None`` when off.
+    The config has already refused it without a group algorithm and ``detector=cnn``."""
+    if cfg.detector_refresh.every == 0 or detector is None:
+        return None
+    from success_detectors.refresh import DetectorRefresher
+
+    return DetectorRefresher(detector, cfg.detector_refresh, cfg.seed, out_dir)
+
+
 @dataclass
 class Collected:
     """The groups of one iteration, scored, with their advantages and what is trained on.
@@ -83,6 +96,7 @@ class Collected:
         mixed_groups: Groups whose outcomes are not all equal.
         groups: Groups played.
         verifier: ``detector/...`` error rates of a learned verifier, averaged over rounds.
+        probabilities: ``(A,)`` a learned verifier's success probabilities, else ``None``.
     """
 
     rollout: RolloutBatch
@@ -93,6 +107,7 @@ class Collected:
     mixed_groups: int
     groups: int
     verifier: dict[str, float]
+    probabilities: np.ndarray | None = None
 
 
 def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
@@ -113,6 +128,7 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
     algo = cfg.algo
     noise = ResetNoise(algo.reset_noise.position_mm / 1000.0, algo.reset_noise.rotation)
     parts: list[tuple[RolloutBatch, np.ndarray, torch.Tensor, np.ndarray]] = []
+    probabilities: list[np.ndarray] = []
     signal_total = mixed_total = groups_total = 0
     verifier_rounds: list[dict[str, float]] = []
     rounds = MAX_RESAMPLE_ROUNDS if algo.zero_signal == "resample" else 1
@@ -153,9 +169,10 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
         # attempt): the attempts do not depend on how many workers play them.
         rollout = pool.run(trainer.policy, jobs, algo.temperature,
                            seed=(cfg.seed, iteration, round_))
-        rewards, verifier = _score(rollout, detector)
+        rewards, probs, verifier = _score(rollout, detector)
         if verifier:
             verifier_rounds.append(verifier)
+            probabilities.append(probs)
         advantages = trainer.advantages(rollout, rewards)
         signal = trainer.group_has_signal(advantages)
         grouped = rewards.reshape(-1, algo.group_size)
@@ -180,6 +197,7 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
         keep=keep, signal_groups=signal_total, mixed_groups=mixed_total, groups=groups_total,
         verifier={k: float(np.mean([v[k] for v in verifier_rounds]))
                   for k in (verifier_rounds[0] if verifier_rounds else {})},
+        probabilities=np.concatenate(probabilities) if probabilities else None,
     )
     return collected, start_counter
 

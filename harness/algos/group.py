@@ -40,7 +40,12 @@ import tasks
 from common.stats import paired_summary
 from harness import curriculum as curricula
 from harness.algos import pools, ray_cluster
-from harness.algos.collect import build_detector, collect_groups, rollout_metrics
+from harness.algos.collect import (
+    build_detector,
+    build_refresher,
+    collect_groups,
+    rollout_metrics,
+)
 from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
 from harness.algos.start_states import StartStates, demo_start_file
@@ -225,6 +230,7 @@ def train(cfg, run) -> dict[str, Any]:
     starts = StartStates(cfg, curriculum, starts_env, demos)
     detector = build_detector(cfg, probe)
     verifier_view = (detector.camera, int(detector.image_size)) if detector is not None else None
+    refresher = build_refresher(cfg, detector, run.dir / "detector_refresh")
 
     if resume_state is not None:
         trainer.load_state_dict(resume_state["trainer"])
@@ -233,6 +239,8 @@ def train(cfg, run) -> dict[str, Any]:
             starts.load_state_dict(resume_state["starts"])
         if adr is not None:
             adr.load_state_dict(resume_state["adr"])
+        if refresher is not None and resume_state.get("detector_refresh") is not None:
+            refresher.load_state_dict(resume_state["detector_refresh"])
         iteration, env_steps = resume_state["iteration"], resume_state["env_steps"]
         best, start = resume_state["best"], resume_state["start"]
         if isinstance(best, float):  # checkpoints that kept the success rate alone
@@ -264,6 +272,7 @@ def train(cfg, run) -> dict[str, Any]:
             "trainer": trainer.state_dict(), "curriculum": curriculum.state_dict(),
             "starts": starts.state_dict(),
             "adr": adr.state_dict() if adr is not None else None,
+            "detector_refresh": refresher.state_dict() if refresher is not None else None,
             "iteration": iteration, "env_steps": env_steps, "best": best, "start": start,
             "start_outcomes": start_outcomes, "start_counter": start_counter,
             "temperature": algo.temperature,
@@ -341,6 +350,12 @@ def train(cfg, run) -> dict[str, Any]:
                 **starts.metrics(),
                 **(adr.metrics() if adr is not None else {}),
             })
+            if refresher is not None:  # label the scored frames; now and then, fine-tune on them
+                rollout = collected.rollout
+                metrics.update(refresher.observe(rollout.final_frames, collected.probabilities,
+                                                 rollout.success))
+                if refresher.due(iteration):
+                    metrics.update(refresher.refresh())
             if evaluation.due(env_steps):
                 result = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
                 metrics.update(result.metrics("eval"))

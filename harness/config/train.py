@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from harness.config.policy import POLICIES_BY_FAMILY, POLICY_OBS_KEY, PolicyConf
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.demos import MAX_TRIES_PER_DEMO
 from harness.policies import resolve_device
+from success_detectors.refresh import LABELS as REFRESH_LABELS
 
 REWARDS: tuple[str, ...] = ("auto", "dense", "verifier")
 # Seeds of the start states of group-trainer iterations: (seed + 1) * TRAIN_SEED_STRIDE + counter.
@@ -145,6 +147,55 @@ class VerifierConfig:
 
 
 @dataclass
+class DetectorRefreshConfig:
+    """In-run hard-negative mining of a learned verifier (``detector_refresh``; the group trainer
+    with ``detector=cnn``; :mod:`success_detectors.refresh`, docs/sim_to_real.md). Off by default.
+
+    Attributes:
+        every: Iterations between refreshes; 0 turns it off.
+        label: Which scored final frames get a label (the scripted check's; on a robot, a
+            person's): ``claimed``, those the detector called success; ``all``, every one.
+        buffer: Labelled frames kept, the oldest leaving first.
+        steps: AdamW steps per refresh.
+        batch_size: Frames per step.
+        learning_rate: AdamW step size.
+        data: The detector's data file (HDF5): its train split is replayed in each batch and its
+            val split chooses the threshold again; ``None``: the buffer alone, threshold kept.
+        replay_fraction: Share of each batch drawn from ``data``'s train split.
+        target_precision: Validation precision the re-chosen threshold must reach.
+        conservative_threshold: Require the precision's 95% lower bound to reach it.
+    """
+
+    every: int = 0
+    label: str = "claimed"
+    buffer: int = 1024
+    steps: int = 40
+    batch_size: int = 64
+    learning_rate: float = 3.0e-4
+    data: str | None = None
+    replay_fraction: float = 0.5
+    target_precision: float = 0.98
+    conservative_threshold: bool = True
+
+    def __post_init__(self) -> None:
+        check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
+        for key in ("buffer", "steps", "batch_size"):
+            check(getattr(self, key) >= 1,
+                  f"detector_refresh.{key}={getattr(self, key)}; must be >= 1")
+        check(self.label in REFRESH_LABELS,
+              f"detector_refresh.label={self.label!r}; choose one of {REFRESH_LABELS}")
+        check(self.learning_rate > 0,
+              f"detector_refresh.learning_rate={self.learning_rate}; must be > 0")
+        check(0.0 <= self.replay_fraction < 1.0,
+              f"detector_refresh.replay_fraction={self.replay_fraction}; expected [0, 1)")
+        check(0.0 < self.target_precision <= 1.0,
+              f"detector_refresh.target_precision={self.target_precision}; expected (0, 1]")
+        check(self.data is None or os.path.isfile(self.data),
+              f"detector_refresh.data={self.data!r} is not a file; give the detector's HDF5 "
+              "data file (scripts/collect_detector_data.py) or null")
+
+
+@dataclass
 class TrainConfig:
     """Everything one training run needs (the primary config, ``conf/train.yaml``).
 
@@ -157,6 +208,7 @@ class TrainConfig:
         logger: Outputs.
         eval: Periodic and final evaluation.
         verifier: How the detector gives the reward.
+        detector_refresh: In-run hard-negative mining of a learned verifier (group trainer).
         adr: Automatic domain randomisation of training episodes (off by default; never
             evaluation's).
         seed: Seed of the algorithm, the networks and the training environments.
@@ -181,6 +233,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    detector_refresh: DetectorRefreshConfig = field(default_factory=DetectorRefreshConfig)
     adr: AdrConfig = field(default_factory=AdrConfig)
     seed: int = 0
     total_timesteps: int = 100_000
@@ -229,6 +282,13 @@ class TrainConfig:
                   "the group trainer scores the last frame of each attempt (verifier.when="
                   "final) and the verdict is the reward (verifier.mode=replace), without "
                   "ending episodes on a detection; these verifier options are SB3's")
+        check(self.detector_refresh.every == 0 or (
+                  self.algo.family == "group" and self.reward == "verifier"
+                  and (self.detector or {}).get("name") == "cnn"),
+              f"detector_refresh.every={self.detector_refresh.every} refreshes a learned "
+              f"verifier during a group-trainer run; this run has algo={self.algo.name!r}, "
+              f"reward={self.reward!r}, detector={(self.detector or {}).get('name')!r} (use a "
+              "group algorithm with reward=verifier detector=cnn, or detector_refresh.every=0)")
         self._check_policy()
         self._check_batch()
         self._check_curriculum()

@@ -1,0 +1,197 @@
+"""In-run refresh of a learned verifier (``detector_refresh``, :mod:`success_detectors.refresh`).
+
+Layers: the labelling and the bounded buffer by hand; one real refresh of a CNN trained on real
+``push`` frames (collected with MuJoCo) that must lower its scores on the hard negatives it was
+shown and choose its threshold again by the training rule; then real group runs scored by that
+CNN, refreshed every iteration, which must log the refreshes, leave the given checkpoint alone,
+write the refreshed one, and resume exactly as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from harness import config as harness_config
+from harness import trainers
+from success_detectors import load_detector
+from success_detectors.cnn import CNNDetector, SuccessCNN
+from success_detectors.data import (
+    CollectConfig,
+    build_dataset,
+    camera_mounts,
+    read_split,
+    write_dataset,
+)
+from success_detectors.metrics import select_threshold
+from success_detectors.network import predict_pixels
+from success_detectors.refresh import DetectorRefresher
+from success_detectors.training import TrainConfig, TrainDetectorConfig, train_detector
+
+torch.set_num_threads(1)
+
+SIZE = 16
+TINY = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=5", "algo=grpo",
+        "policy=mlp", "algo.bc_demos=0", "algo.num_start_states=2", "algo.group_size=2",
+        "algo.minibatch_size=4", "eval.every_steps=0", "eval.final_episodes=2",
+        "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
+        "torch_threads=1", "task.terminate_on_success=false", "reward=verifier", "detector=cnn"]
+
+
+def settings(**overrides):
+    values = dict(every=1, label="claimed", buffer=1024, steps=40, batch_size=32,
+                  learning_rate=3e-3, data=None, replay_fraction=0.5, target_precision=0.9,
+                  conservative_threshold=False)
+    return SimpleNamespace(**{**values, **overrides})
+
+
+def untrained(threshold: float = 0.5) -> CNNDetector:
+    torch.manual_seed(0)
+    return CNNDetector(SuccessCNN(), task="reach", camera="front", image_size=SIZE,
+                       threshold=threshold, camera_mounts=camera_mounts("reach", "front"))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """Real frames (collected with MuJoCo, split by episode): reach at 16 px with an untrained
+    CNN for the runs, and push at 32 px with a CNN trained on them for one epoch."""
+    root = tmp_path_factory.mktemp("refresh")
+    collect = CollectConfig(task="reach", camera="front", image_size=SIZE, episodes=20,
+                            difficulty=(0.0, 1.0), seed=3, frame_stride=2,
+                            policies={"expert": 1.0, "offset_goal": 1.0, "stop_short": 1.0})
+    write_dataset(root / "reach.h5", build_dataset(collect, progress=False), task="reach",
+                  camera="front", camera_mounts=camera_mounts("reach", "front"))
+    untrained().save(root / "cnn.pt")
+    collect = CollectConfig(task="push", camera="front", image_size=32, episodes=16,
+                            difficulty=(0.0, 0.3), seed=2,
+                            policies={"expert": 2.0, "offset_goal": 1.0, "decoy": 0.5})
+    write_dataset(root / "push.h5", build_dataset(collect, progress=False), task="push",
+                  camera="front", camera_mounts=camera_mounts("push", "front"))
+    train_detector(TrainDetectorConfig(data=str(root / "push.h5"), out_dir=str(root / "push"),
+                                       train=TrainConfig(epochs=1, max_minutes=1.0)),
+                   progress=False)
+    return root
+
+
+def test_claimed_frames_are_labelled_and_the_buffer_keeps_the_newest():
+    refresher = DetectorRefresher(untrained(threshold=0.5), settings(buffer=3), seed=0)
+    frames = np.arange(4, dtype=np.uint8).reshape(4, 1, 1, 1) * np.ones((4, SIZE, SIZE, 3),
+                                                                         dtype=np.uint8)
+    metrics = refresher.observe(frames, np.array([0.9, 0.1, 0.6, 0.3]),
+                                np.array([False, False, True, True]))
+    # claimed: frames 0 and 2; frame 0 is a hard negative
+    assert metrics == {"detector/labels_total": 2.0, "detector/hard_negatives_total": 1.0,
+                       "detector/refresh_buffer": 2.0}
+    assert refresher.labels.tolist() == [False, True]
+    assert refresher.pixels[:, 0, 0, 0].tolist() == [0, 2]
+    refresher.observe(frames[:2] + 10, np.array([0.7, 0.8]), np.array([True, False]))
+    assert refresher.pixels[:, 0, 0, 0].tolist() == [2, 10, 11]  # bounded: oldest out
+    assert refresher.labels.tolist() == [True, True, False]
+    assert refresher.labels_total == 4 and refresher.hard_negatives_total == 2
+    everything = DetectorRefresher(untrained(threshold=0.5), settings(label="all"), seed=0)
+    metrics = everything.observe(frames, np.array([0.9, 0.1, 0.6, 0.3]),
+                                 np.array([False, False, True, True]))
+    assert metrics["detector/labels_total"] == 4.0
+    assert metrics["detector/hard_negatives_total"] == 1.0  # frame 1 was never claimed
+
+
+def test_a_refresh_learns_the_hard_negatives_and_rechooses_the_threshold(root, tmp_path):
+    data = str(root / "push.h5")
+    # A low threshold makes the one-epoch detector claim failures: the hard negatives
+    detector = load_detector(root / "push" / "push_front.pt", threshold=0.2)
+    refresher = DetectorRefresher(detector, settings(data=data, learning_rate=1e-3), seed=0,
+                                  out_dir=tmp_path)
+    frames = read_split(data, "test")  # episodes it never trained on, as a policy's would be
+    before = predict_pixels(detector.model, frames.pixels)
+    refresher.observe(frames.pixels, before, frames.label)
+    hard = (before >= 0.2) & ~frames.label
+    assert refresher.hard_negatives_total == int(hard.sum()) > 0
+    metrics = refresher.refresh()
+    after = predict_pixels(detector.model, frames.pixels)
+    assert after[hard].mean() < before[hard].mean() - 0.15
+    assert after[frames.label].mean() > after[hard].mean() + 0.2
+    val = read_split(data, "val")
+    expected = select_threshold(val.label, predict_pixels(detector.model, val.pixels), 0.9)
+    assert detector.threshold == pytest.approx(expected.threshold)
+    assert metrics["detector/threshold"] == pytest.approx(expected.threshold)
+    assert metrics["detector/refreshes"] == 1.0 and metrics["detector/refresh_skipped"] == 0.0
+    saved = load_detector(tmp_path / "push_front.pt")
+    assert saved.threshold == pytest.approx(detector.threshold)
+    assert saved.training_summary["refreshed"]["hard_negatives"] == int(hard.sum())
+    assert (tmp_path / "hard_negatives_001.png").stat().st_size > 0
+
+
+def test_a_buffer_with_one_class_and_no_data_is_skipped():
+    refresher = DetectorRefresher(untrained(threshold=0.0), settings(), seed=0)
+    assert refresher.refresh()["detector/refresh_skipped"] == 1.0  # nothing labelled yet
+    frames = np.zeros((2, SIZE, SIZE, 3), dtype=np.uint8)
+    refresher.observe(frames, np.array([0.6, 0.7]), np.array([False, False]))
+    weights = [p.clone() for p in refresher.detector.model.parameters()]
+    assert refresher.refresh()["detector/refresh_skipped"] == 1.0
+    assert all(torch.equal(a, b) for a, b in
+               zip(weights, refresher.detector.model.parameters(), strict=True))
+
+
+def test_data_of_another_camera_is_refused(root, tmp_path):
+    collect = CollectConfig(task="reach", camera="overhead", image_size=SIZE, episodes=4, seed=0)
+    other = write_dataset(tmp_path / "overhead.h5", build_dataset(collect, progress=False),
+                          task="reach", camera="overhead",
+                          camera_mounts=camera_mounts("reach", "overhead"))
+    with pytest.raises(ValueError, match="camera='overhead'; the detector reads 'front'"):
+        DetectorRefresher(untrained(), settings(data=str(other)), seed=0)
+
+
+def _run(root, name: str, *extra: str) -> dict[str, list[tuple[int, float]]]:
+    overrides = [*TINY, f"detector.checkpoint={root / 'cnn.pt'}", "detector.threshold=0.0",
+                 "detector_refresh.every=1", f"detector_refresh.data={root / 'reach.h5'}",
+                 "detector_refresh.steps=5", "detector_refresh.batch_size=16", *extra]
+    trainers.train(harness_config.compose(overrides), root / name)
+    metrics: dict[str, list[tuple[int, float]]] = {}
+    for line in (root / name / "metrics.csv").read_text().splitlines()[1:]:
+        step, _, key, value = line.split(",")
+        metrics.setdefault(key, []).append((int(step), float(value)))
+    return metrics
+
+
+def test_a_group_run_refreshes_its_verifier_and_resumes_exactly(root):
+    given = hashlib.sha256((root / "cnn.pt").read_bytes()).hexdigest()
+    straight = _run(root, "straight", "algo.iterations=3")
+    assert [v for _, v in straight["detector/refreshes"]] == [1.0, 2.0, 3.0]
+    assert straight["detector/threshold"][-1][1] > 0.0  # chosen again on val, no longer 0
+    assert hashlib.sha256((root / "cnn.pt").read_bytes()).hexdigest() == given
+    refreshed = load_detector(root / "straight" / "detector_refresh" / "reach_front.pt")
+    assert refreshed.training_summary["refreshed"]["refreshes"] == 3
+    assert json.loads((root / "straight" / "summary.json").read_text())["iterations"] == 3
+    audit = importlib.import_module("scripts.audit_verifier").main([str(root / "straight")])
+    assert audit["refreshes"] == 3
+    assert audit["labels_total"] == straight["detector/labels_total"][-1][1] > 0
+
+    _run(root, "resumed", "algo.iterations=2")
+    resumed = _run(root, "resumed", "algo.iterations=3", "resume=true")
+    for key in ("detector/refreshes", "detector/threshold", "detector/labels_total",
+                "detector/false_positive_rate", "rollout/verifier_success_rate"):
+        assert resumed[key] == straight[key], key
+    again = load_detector(root / "resumed" / "detector_refresh" / "reach_front.pt")
+    assert again.threshold == refreshed.threshold
+    for key, value in refreshed.model.state_dict().items():
+        assert torch.equal(value, again.model.state_dict()[key]), key
+
+
+def test_refresh_needs_a_group_run_with_a_learned_verifier(root):
+    with pytest.raises(harness_config.ConfigError, match="detector_refresh.every=1 refreshes"):
+        harness_config.compose(["task=reach", "algo=grpo", "policy=mlp",
+                                "detector_refresh.every=1"])
+    with pytest.raises(harness_config.ConfigError, match="algo='ppo'"):
+        harness_config.compose(["task=reach", "algo=ppo", "detector_refresh.every=1"])
+    for bad, message in (("detector_refresh.label=every", "label='every'"),
+                         ("detector_refresh.replay_fraction=1.0", "replay_fraction=1.0"),
+                         ("detector_refresh.every=-1", "every=-1"),
+                         ("detector_refresh.data=missing.h5", "'missing.h5' is not a file")):
+        with pytest.raises(harness_config.ConfigError, match=message):
+            harness_config.compose([*TINY, f"detector.checkpoint={root / 'cnn.pt'}", bad])
