@@ -9,6 +9,8 @@ reads them and answers the two questions of the audit:
 
 * did the detector's false-positive rate stay at or below ``--fp-target`` at every iteration,
   and if not, when and how far did it rise (the figure shows it against training);
+* where the false positives ended: the median over iterations of their median millimetres
+  outside the success region (``detector/false_positive_margin_mm_median``);
 * with ``detector_refresh`` on, how many labels the in-run loop asked for, how many of them
   were hard negatives, and how often it refreshed the detector;
 * is the run's final *true* success (held-out evaluation, scripted check) within
@@ -62,6 +64,10 @@ def audit(run_dir: Path, reference: Path | None, fp_target: float, margin: float
                                                    if len(true) and len(seen) else math.nan),
         "fp_within_target_every_iteration": bool(len(above) == 0),
     }
+    margins = [v for _, v in series.get("detector/false_positive_margin_mm_median", [])]
+    if margins:  # where the false positives ended, outside the success region
+        result["fp_margin_mm_median_over_iterations"] = float(np.median(margins))
+        result["fp_margin_mm_median_last_tenth"] = float(np.median(margins[-tail:]))
     if "detector/labels_total" in series:  # detector_refresh: the in-run loop's workload
         result.update({key: int(series[f"detector/{key}"][-1][1])
                        for key in ("labels_total", "hard_negatives_total")})

@@ -79,6 +79,7 @@ class DetectorRefresher:
         self.labels = np.zeros(0, dtype=bool)
         self.probs = np.zeros(0, dtype=np.float32)  # the detector's score when it was asked
         self.claimed = np.zeros(0, dtype=bool)  # it called the frame a success then
+        self.margins = np.zeros(0, dtype=np.float32)  # metres outside success (NaN: unknown)
         self.added = np.zeros(0, dtype=np.int64)  # refresh number at which the frame arrived
         self.refreshes = self.labels_total = self.hard_negatives_total = 0
         self.replay = self.val = None
@@ -98,14 +99,16 @@ class DetectorRefresher:
                                      f"has {split.class_counts()}; it needs both classes")
 
     # ------------------------------------------------------------------ labelling
-    def observe(self, frames: np.ndarray, probs: np.ndarray, truth: np.ndarray
-                ) -> dict[str, float]:
+    def observe(self, frames: np.ndarray, probs: np.ndarray, truth: np.ndarray,
+                margins: np.ndarray | None = None) -> dict[str, float]:
         """Label one iteration's scored final frames and add them to the buffer.
 
         Args:
             frames: ``uint8 (A, H, W, 3)`` the frames the detector scored.
             probs: ``(A,)`` its success probabilities for them.
             truth: ``bool (A,)`` the labels (the scripted predicate's verdicts).
+            margins: ``(A,)`` metres outside the success region, shown on the hard-negative
+                sheets; ``None``: unknown.
 
         Returns:
             ``detector/labels_total`` (labels asked for so far: a person's workload on a
@@ -122,6 +125,9 @@ class DetectorRefresher:
         self.labels = np.concatenate([self.labels, truth[asked]])[-keep:]
         self.probs = np.concatenate([self.probs, probs[asked]])[-keep:]
         self.claimed = np.concatenate([self.claimed, claimed[asked]])[-keep:]
+        margins = np.full(len(truth), np.nan, dtype=np.float32) if margins is None \
+            else np.asarray(margins, dtype=np.float32)
+        self.margins = np.concatenate([self.margins, margins[asked]])[-keep:]
         self.added = np.concatenate([self.added, np.full(int(asked.sum()), self.refreshes)])[-keep:]
         return {"detector/labels_total": float(self.labels_total),
                 "detector/hard_negatives_total": float(self.hard_negatives_total),
@@ -223,10 +229,11 @@ class DetectorRefresher:
                                     squeeze=False)
         for axis, row in zip(axes[0], rows, strict=True):
             axis.imshow(self.pixels[row])
-            axis.set_title(f"p={self.probs[row]:.2f}", fontsize=8)
+            margin = "" if np.isnan(self.margins[row]) else f", {1000 * self.margins[row]:+.0f} mm"
+            axis.set_title(f"p={self.probs[row]:.2f}{margin}", fontsize=8)
             axis.axis("off")
         figure.suptitle(f"refresh {self.refreshes}: claimed successes the scripted check "
-                        "calls failures", fontsize=9)
+                        "calls failures (detector probability, mm outside success)", fontsize=9)
         save_figure(figure, self.out_dir / f"hard_negatives_{self.refreshes:03d}.png")
 
     # ------------------------------------------------------------------ resuming
@@ -238,6 +245,7 @@ class DetectorRefresher:
                 "labels": torch.from_numpy(self.labels.copy()),
                 "probs": torch.from_numpy(self.probs.copy()),
                 "claimed": torch.from_numpy(self.claimed.copy()),
+                "margins": torch.from_numpy(self.margins.copy()),
                 "added": torch.from_numpy(self.added.copy()),
                 "counts": [self.refreshes, self.labels_total, self.hard_negatives_total]}
 
@@ -249,6 +257,7 @@ class DetectorRefresher:
         self.labels = state["labels"].numpy().copy()
         self.probs = state["probs"].numpy().copy()
         self.claimed = state["claimed"].numpy().copy()
+        self.margins = state["margins"].numpy().copy()
         self.added = state["added"].numpy().copy()
         self.refreshes, self.labels_total, self.hard_negatives_total = \
             (int(v) for v in state["counts"])

@@ -109,7 +109,7 @@ def test_a_refresh_learns_the_hard_negatives_and_rechooses_the_threshold(root, t
                                   out_dir=tmp_path)
     frames = read_split(data, "test")  # episodes it never trained on, as a policy's would be
     before = predict_pixels(detector.model, frames.pixels)
-    refresher.observe(frames.pixels, before, frames.label)
+    refresher.observe(frames.pixels, before, frames.label, frames.margin)
     hard = (before >= 0.2) & ~frames.label
     assert refresher.hard_negatives_total == int(hard.sum()) > 0
     metrics = refresher.refresh()
@@ -168,7 +168,10 @@ def test_a_group_run_refreshes_its_verifier_and_resumes_exactly(root):
     refreshed = load_detector(root / "straight" / "detector_refresh" / "reach_front.pt")
     assert refreshed.training_summary["refreshed"]["refreshes"] == 3
     assert json.loads((root / "straight" / "summary.json").read_text())["iterations"] == 3
+    # every attempt was claimed, so each failure is a false positive, outside the success region
+    assert all(v > 0 for _, v in straight["detector/false_positive_margin_mm_median"])
     audit = importlib.import_module("scripts.audit_verifier").main([str(root / "straight")])
+    assert audit["fp_margin_mm_median_over_iterations"] > 0
     assert audit["refreshes"] == 3
     assert audit["labels_total"] == straight["detector/labels_total"][-1][1] > 0
 

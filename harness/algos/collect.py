@@ -203,8 +203,19 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
 
 
 def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
-    """``rollout/...`` and ``detector/...`` metrics of one iteration."""
+    """``rollout/...`` and ``detector/...`` metrics of one iteration.
+
+    With a learned verifier, where its false positives ended: the median and 90th percentile
+    of their millimetres outside the success region (``Task.success_margin``), when it made any.
+    """
     rollout, groups = collected.rollout, max(1, collected.groups)
+    where = {}
+    if rollout.final_margin is not None:
+        false_positives = (collected.rewards > 0) & ~rollout.success
+        if false_positives.any():
+            margin_mm = 1000.0 * rollout.final_margin[false_positives]
+            where = {"detector/false_positive_margin_mm_median": float(np.median(margin_mm)),
+                     "detector/false_positive_margin_mm_p90": float(np.percentile(margin_mm, 90))}
     return {
         "rollout/success_rate": float(rollout.success.mean()),
         "rollout/verifier_success_rate": float(collected.rewards.mean()),
@@ -216,5 +227,5 @@ def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
         "rollout/attempts": float(len(rollout.lengths)),
         "rollout/difficulty_mean": float(rollout.difficulty.mean()),
         "time/env_s": rollout.timing["env"], "time/policy_s": rollout.timing["policy"],
-        **collected.verifier,
+        **collected.verifier, **where,
     }

@@ -353,7 +353,7 @@ def train(cfg, run) -> dict[str, Any]:
             if refresher is not None:  # label the scored frames; now and then, fine-tune on them
                 rollout = collected.rollout
                 metrics.update(refresher.observe(rollout.final_frames, collected.probabilities,
-                                                 rollout.success))
+                                                 rollout.success, rollout.final_margin))
                 if refresher.due(iteration):
                     metrics.update(refresher.refresh())
             if evaluation.due(env_steps):

@@ -63,6 +63,9 @@ class RolloutBatch:
         timing: Seconds spent rendering+stepping (env) and in the policy, summed over workers.
         closest: With state capture on (``algo.start_states`` uses replays): per attempt, the
             snapshot bytes of its captured state closest to success, or ``None``.
+        final_margin: With ``final_frames``: metres outside the success region at each
+            attempt's end (``Task.success_margin``; negative inside), for auditing the
+            detector's errors; else ``None``.
     """
 
     obs: dict[str, np.ndarray]
@@ -74,6 +77,7 @@ class RolloutBatch:
     difficulty: np.ndarray
     timing: dict[str, float]
     closest: list | None = None
+    final_margin: np.ndarray | None = None
 
     @property
     def starts(self) -> np.ndarray:
@@ -93,6 +97,8 @@ class RolloutBatch:
             timing={k: sum(p.timing.get(k, 0.0) for p in parts) for k in parts[0].timing},
             closest=(None if parts[0].closest is None
                      else [c for p in parts for c in p.closest]),
+            final_margin=(None if parts[0].final_margin is None
+                          else np.concatenate([p.final_margin for p in parts])),
         )
 
 
@@ -160,8 +166,9 @@ class EnvHost:
 
         Returns:
             ``(observations, finished)``: the next observation of every attempt still running
-            or just started, and ``(success, verifier frame, closest state)`` of every attempt
-            that ended (the last two ``None`` when not asked for).
+            or just started, and ``(success, verifier frame, closest state, final margin)`` of
+            every attempt that ended (the last three ``None`` when not asked for: the frame and
+            margin come with a verifier view).
         """
         observations, finished = {}, {}
         for index, action in actions.items():
@@ -169,13 +176,15 @@ class EnvHost:
             t0 = time.perf_counter()
             obs, _, terminated, truncated, info = self.envs[slot].step(action)
             if terminated or truncated:
-                frame = None
+                frame = margin = None
                 if self.verifier_view is not None:
                     camera, size = self.verifier_view
-                    frame = self.envs[slot].unwrapped.render_camera(camera, size)
+                    env = self.envs[slot].unwrapped
+                    frame = env.render_camera(camera, size)
+                    margin = float(env.task.success_margin(env))
                 closest = self._closest.pop(index, None)
                 closest = None if closest is None else tasks.snapshot_to_bytes(closest[1])
-                finished[index] = (bool(info["is_success"]), frame, closest)
+                finished[index] = (bool(info["is_success"]), frame, closest, margin)
                 del self._active[index]
                 self.env_time += time.perf_counter() - t0
                 if self._pending:
@@ -258,8 +267,8 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     def absorb(observations: dict[int, dict], finished=None) -> None:
         for index, obs in observations.items():
             records.setdefault(index, {"obs": [], "tokens": []})["obs"].append(obs)
-        for index, (success, frame, closest) in (finished or {}).items():
-            records[index].update(success=success, frame=frame, closest=closest)
+        for index, (success, frame, closest, margin) in (finished or {}).items():
+            records[index].update(success=success, frame=frame, closest=closest, margin=margin)
 
     used = [h for h, chunk in enumerate(chunks) if len(chunk)]
     for h in used:
@@ -295,6 +304,8 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
         difficulty=np.array([job[2] for job in jobs], dtype=np.float64),
         timing={"env": env_time, "policy": actor.time},
         closest=[records[i]["closest"] for i in order] if capture else None,
+        final_margin=(np.array([records[i]["margin"] for i in order], dtype=np.float64)
+                      if verifier else None),
     )
 
 
