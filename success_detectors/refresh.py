@@ -40,6 +40,7 @@ from success_detectors.network import predict_pixels
 
 LABELS = ("claimed", "all")
 SHEET_FRAMES = 8  # hard negatives per sheet
+SHEET_COLUMNS = 4
 
 
 def _balanced_weights(labels: torch.Tensor) -> tuple[float, float]:
@@ -225,13 +226,16 @@ class DetectorRefresher:
         from common.plots import save_figure
 
         views = self.shape[1] // self.shape[0]
-        figure, axes = plt.subplots(1, len(rows), figsize=(1.4 * views * len(rows), 1.9),
-                                    squeeze=False)
-        for axis, row in zip(axes[0], rows, strict=True):
+        columns = min(len(rows), SHEET_COLUMNS)
+        lines = -(-len(rows) // columns)
+        figure, axes = plt.subplots(lines, columns, figsize=(1.8 * views * columns,
+                                                             2.0 * lines + 0.4), squeeze=False)
+        for axis in axes.flat:
+            axis.axis("off")
+        for axis, row in zip(axes.flat, rows, strict=False):
             axis.imshow(self.pixels[row])
             margin = "" if np.isnan(self.margins[row]) else f", {1000 * self.margins[row]:+.0f} mm"
             axis.set_title(f"p={self.probs[row]:.2f}{margin}", fontsize=8)
-            axis.axis("off")
         figure.suptitle(f"refresh {self.refreshes}: claimed successes the scripted check "
                         "calls failures (detector probability, mm outside success)", fontsize=9)
         save_figure(figure, self.out_dir / f"hard_negatives_{self.refreshes:03d}.png")
