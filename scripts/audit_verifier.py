@@ -19,7 +19,7 @@ reads them and answers the two questions of the audit:
 Writes ``<run>/verifier_audit.json`` and the figure (``common.plots.verifier_audit_curve``).
 
 usage: python scripts/audit_verifier.py <run dir> [--reference <run dir>] [--fp-target 0.02]
-           [--margin 0.05] [--out <file.png>]
+           [--margin 0.05] [--baseline <run dir without detector_refresh>] [--out <file.png>]
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="false-positive rate allowed at every iteration")
     parser.add_argument("--margin", type=float, default=0.05,
                         help="allowed |final true success - reference's| (a fraction)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="the same run without detector_refresh, drawn dotted beside it")
     parser.add_argument("--out", type=Path, default=None,
                         help="figure; default <run dir>/verifier_audit.png")
     args = parser.parse_args(argv)
@@ -111,14 +113,19 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--margin={args.margin}; expected a fraction in [0, 1]")
     try:
         result = audit(args.run_dir, args.reference, args.fp_target, args.margin)
+        if args.baseline is not None:
+            result["baseline"] = audit(args.baseline, None, args.fp_target, args.margin)
         figure = verifier_audit_curve(
             args.run_dir / "metrics.csv", args.out or args.run_dir / "verifier_audit.png",
-            args.fp_target, args.reference / "metrics.csv" if args.reference else None)
+            args.fp_target, args.reference / "metrics.csv" if args.reference else None,
+            args.baseline / "metrics.csv" if args.baseline else None)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"audit_verifier.py: {error}") from None
     result["figure"] = str(figure)
     atomic_write_text(args.run_dir / "verifier_audit.json", json.dumps(result, indent=1))
-    for key, value in result.items():
+    rows = [(k, v) for k, v in result.items() if k != "baseline"]
+    rows += [(f"baseline.{k}", v) for k, v in result.get("baseline", {}).items()]
+    for key, value in rows:
         print(f"{key:40s} {value:.3f}" if isinstance(value, float) else f"{key:40s} {value}")
     return result
 
