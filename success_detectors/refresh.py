@@ -168,11 +168,10 @@ class DetectorRefresher:
             index = torch.randint(0, n_buffer, (from_buffer,), generator=generator)
             pixels, labels = [buffer_pixels[index]], [buffer_labels[index]]
             if from_replay:
-                rows = torch.randint(0, len(self.replay), (from_replay,),
-                                     generator=generator).numpy()
-                pixels.append(torch.from_numpy(self.replay.pixels[np.sort(rows)]))
-                labels.append(torch.from_numpy(self.replay.label[np.sort(rows)]
-                                               .astype(np.float32)))
+                rows = np.sort(torch.randint(0, len(self.replay), (from_replay,),
+                                             generator=generator).numpy())
+                pixels.append(torch.from_numpy(self.replay.pixels[rows]))
+                labels.append(torch.from_numpy(self.replay.label[rows].astype(np.float32)))
             batch_labels = torch.cat(labels)
             loss = _loss(model, augment(torch.cat(pixels), generator), batch_labels,
                          _balanced_weights(batch_labels))
