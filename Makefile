@@ -4,6 +4,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The suite runs in two processes (pytest-xdist), each test file whole on one of them.
+TEST_WORKERS ?= 2
 
 .PHONY: run test setup lint bench
 
@@ -11,7 +13,7 @@ run: $(STAMP)
 	$(PY) scripts/main.py
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup: $(STAMP)
 

@@ -14,7 +14,11 @@ policy it scores. :class:`DetectorRefresher` keeps it up with the policy during 
    training split (``data``: ``replay_fraction`` of each batch, so that it keeps what it knew),
    augmented and class-balanced as in training; then it chooses the threshold again on the
    data file's validation split by the training rule (``target_precision``, ``conservative``).
-   Without ``data`` it trains on the buffer alone and keeps its threshold.
+   Without ``data`` it trains on the buffer alone and keeps its threshold. With ``holdout`` > 0
+   a share of the labelled frames never trains the detector: it is the policy's own held-out
+   set, and the threshold is raised until the precision on it also reaches the target, because
+   the validation split was not drawn from the policy's attempts and the policy's false positives
+   are exactly the frames it lacks.
 3. It writes the refreshed detector (``<out_dir>/<task>_<camera>.pt``, atomically) and a sheet
    of the hard negatives that refresh learnt from (``hard_negatives_<n>.png``): the frames the
    policy had learnt to end on.
@@ -41,6 +45,7 @@ from success_detectors.network import predict_pixels
 LABELS = ("claimed", "all")
 SHEET_FRAMES = 8  # hard negatives per sheet
 SHEET_COLUMNS = 4
+MIN_HELD_OUT = 20  # held-out frames needed before they may move the threshold
 
 
 def _balanced_weights(labels: torch.Tensor) -> tuple[float, float]:
@@ -52,13 +57,27 @@ def _balanced_weights(labels: torch.Tensor) -> tuple[float, float]:
     return n / (2 * negatives), n / (2 * positives)
 
 
+def policy_floor(truth: np.ndarray, probs: np.ndarray, target_precision: float,
+                 conservative: bool = False) -> float:
+    """The lowest threshold at which labelled policy frames reach ``target_precision``.
+
+    :func:`~success_detectors.metrics.select_threshold` on them; with no true success among them
+    every claim is false, and the floor lies just above their highest score.
+    """
+    truth, probs = np.asarray(truth, dtype=bool), np.asarray(probs, dtype=np.float32)
+    if not truth.any():
+        return float(np.nextafter(probs.max(), np.float32(np.inf)))
+    return select_threshold(truth, probs, target_precision, conservative=conservative).threshold
+
+
 class DetectorRefresher:
     """Fine-tunes a CNN detector on the policy's own labelled frames during a run.
 
     Args:
         detector: The verifier, refreshed in place (its model and threshold).
         config: ``every``, ``label``, ``buffer``, ``steps``, ``batch_size``, ``learning_rate``,
-            ``data``, ``replay_fraction``, ``target_precision``, ``conservative_threshold``
+            ``data``, ``replay_fraction``, ``target_precision``, ``conservative_threshold``,
+            ``holdout``
             (:class:`harness.config.DetectorRefreshConfig`).
         seed: The run's seed.
         out_dir: Where the refreshed checkpoint and hard-negative sheets go; ``None``: nowhere.
@@ -82,6 +101,8 @@ class DetectorRefresher:
         self.claimed = np.zeros(0, dtype=bool)  # it called the frame a success then
         self.margins = np.zeros(0, dtype=np.float32)  # metres outside success (NaN: unknown)
         self.added = np.zeros(0, dtype=np.int64)  # refresh number at which the frame arrived
+        self.held_out = np.zeros(0, dtype=bool)  # kept out of fine-tuning, to set the threshold
+        self.initial_threshold = float(detector.threshold)
         self.refreshes = self.labels_total = self.hard_negatives_total = 0
         self.replay = self.val = None
         if config.data is not None:
@@ -119,6 +140,9 @@ class DetectorRefresher:
         probs, truth = np.asarray(probs, dtype=np.float32), np.asarray(truth, dtype=bool)
         claimed = probs >= self.detector.threshold
         asked = claimed if self.config.label == "claimed" else np.ones(len(truth), dtype=bool)
+        count = np.arange(self.labels_total, self.labels_total + int(asked.sum()))
+        share = self.config.holdout  # every 1/share-th label is held out, spread evenly
+        held_out = np.floor((count + 1) * share) > np.floor(count * share)
         self.labels_total += int(asked.sum())
         self.hard_negatives_total += int((claimed & ~truth).sum())
         keep = self.config.buffer
@@ -130,6 +154,7 @@ class DetectorRefresher:
             else np.asarray(margins, dtype=np.float32)
         self.margins = np.concatenate([self.margins, margins[asked]])[-keep:]
         self.added = np.concatenate([self.added, np.full(int(asked.sum()), self.refreshes)])[-keep:]
+        self.held_out = np.concatenate([self.held_out, held_out])[-keep:]
         return {"detector/labels_total": float(self.labels_total),
                 "detector/hard_negatives_total": float(self.hard_negatives_total),
                 "detector/refresh_buffer": float(len(self.labels))}
@@ -147,8 +172,9 @@ class DetectorRefresher:
         replay, has nothing to teach: the refresh is skipped (``detector/refresh_skipped``).
         """
         config, model = self.config, self.detector.model
-        n_buffer = len(self.labels)
-        classes = n_buffer > 0 and self.labels.any() and not self.labels.all()
+        rows = np.flatnonzero(~self.held_out)  # the buffer's frames that may train
+        n_buffer, labels = len(rows), self.labels[~self.held_out]
+        classes = n_buffer > 0 and labels.any() and not labels.all()
         if n_buffer == 0 or (self.replay is None and not classes):
             return {"detector/refresh_skipped": 1.0, "detector/refreshes": float(self.refreshes)}
         t0 = time.perf_counter()
@@ -160,8 +186,8 @@ class DetectorRefresher:
         from_replay = 0 if self.replay is None else round(config.replay_fraction
                                                            * config.batch_size)
         from_buffer = config.batch_size - from_replay
-        buffer_pixels = torch.from_numpy(self.pixels)
-        buffer_labels = torch.from_numpy(self.labels.astype(np.float32))
+        buffer_pixels = torch.from_numpy(self.pixels[rows])
+        buffer_labels = torch.from_numpy(labels.astype(np.float32))
         model.train()
         losses = []
         for _ in range(config.steps):
@@ -190,7 +216,8 @@ class DetectorRefresher:
             val = binary_metrics(self.val.label, val_probs, choice.threshold)
             metrics.update({"detector/refresh_val_precision": float(val["precision"]),
                             "detector/refresh_val_recall": float(val["recall"])})
-        hard = self.claimed & ~self.labels
+        metrics.update(self._calibrate_on_policy())
+        hard = self.claimed & ~self.labels & ~self.held_out
         if hard.any():  # fitted, not held out: does the detector still claim them?
             still = predict_pixels(model, self.pixels[hard]) >= self.detector.threshold
             metrics["detector/refresh_hard_negatives_still_claimed"] = float(still.mean())
@@ -198,6 +225,32 @@ class DetectorRefresher:
                         "detector/refresh_s": time.perf_counter() - t0})
         self._write()
         return metrics
+
+    def _calibrate_on_policy(self) -> dict[str, float]:
+        """Raise the threshold until the held-out policy frames reach ``target_precision``.
+
+        Only upwards from the validation split's choice (without ``data``, from the threshold the
+        run started with), which stays a floor (:func:`policy_floor`). Fewer than
+        ``MIN_HELD_OUT`` held-out frames: nothing moves.
+        """
+        held = np.flatnonzero(self.held_out)
+        if self.config.holdout == 0 or len(held) < MIN_HELD_OUT:
+            return {}
+        truth = self.labels[held]
+        probs = predict_pixels(self.detector.model, self.pixels[held])
+        floor = policy_floor(truth, probs, self.config.target_precision,
+                             self.config.conservative_threshold)
+        base = self.detector.threshold if self.val is not None else self.initial_threshold
+        self.detector.threshold = max(float(base), floor)
+        claimed = probs >= self.detector.threshold
+        wrong = claimed & ~truth
+        return {"detector/refresh_policy_frames": float(len(held)),
+                "detector/refresh_policy_precision":
+                    float(truth[claimed].mean()) if claimed.any() else float("nan"),
+                "detector/refresh_policy_recall":
+                    float(claimed[truth].mean()) if truth.any() else float("nan"),
+                "detector/refresh_policy_hard_negatives_claimed":
+                    float(wrong.sum() / max(1, (~truth).sum()))}
 
     def _write(self) -> None:
         if self.out_dir is None:
@@ -211,7 +264,8 @@ class DetectorRefresher:
                           "label": self.config.label, "data": self.config.data},
         }
         detector.save(self.out_dir / f"{detector.task}_{detector.camera}.pt")
-        fresh = np.flatnonzero(self.claimed & ~self.labels & (self.added == self.refreshes - 1))
+        fresh = np.flatnonzero(self.claimed & ~self.labels & ~self.held_out
+                               & (self.added == self.refreshes - 1))
         if len(fresh):
             self._sheet(fresh[np.argsort(-self.probs[fresh])][:SHEET_FRAMES])
 
@@ -244,23 +298,28 @@ class DetectorRefresher:
         return {"model": {k: v.detach().clone() for k, v in
                           self.detector.model.state_dict().items()},
                 "threshold": float(self.detector.threshold),
+                "initial_threshold": self.initial_threshold,
                 "pixels": torch.from_numpy(self.pixels.copy()),
                 "labels": torch.from_numpy(self.labels.copy()),
                 "probs": torch.from_numpy(self.probs.copy()),
                 "claimed": torch.from_numpy(self.claimed.copy()),
                 "margins": torch.from_numpy(self.margins.copy()),
                 "added": torch.from_numpy(self.added.copy()),
+                "held_out": torch.from_numpy(self.held_out.copy()),
                 "counts": [self.refreshes, self.labels_total, self.hard_negatives_total]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.detector.model.load_state_dict(state["model"])
         self.detector.model.eval()
         self.detector.threshold = float(state["threshold"])
+        self.initial_threshold = float(state.get("initial_threshold", self.initial_threshold))
         self.pixels = state["pixels"].numpy().copy()
         self.labels = state["labels"].numpy().copy()
         self.probs = state["probs"].numpy().copy()
         self.claimed = state["claimed"].numpy().copy()
         self.margins = state["margins"].numpy().copy()
         self.added = state["added"].numpy().copy()
+        self.held_out = state["held_out"].numpy().copy() if "held_out" in state \
+            else np.zeros(len(self.labels), dtype=bool)  # saved before holdout existed
         self.refreshes, self.labels_total, self.hard_negatives_total = \
             (int(v) for v in state["counts"])

@@ -31,7 +31,7 @@ from success_detectors.data import (
 )
 from success_detectors.metrics import select_threshold
 from success_detectors.network import predict_pixels
-from success_detectors.refresh import DetectorRefresher
+from success_detectors.refresh import DetectorRefresher, policy_floor
 from success_detectors.training import TrainConfig, TrainDetectorConfig, train_detector
 
 torch.set_num_threads(1)
@@ -47,7 +47,7 @@ TINY = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=5", "algo=g
 def settings(**overrides):
     values = dict(every=1, label="claimed", buffer=1024, steps=40, batch_size=32,
                   learning_rate=3e-3, data=None, replay_fraction=0.5, target_precision=0.9,
-                  conservative_threshold=False)
+                  conservative_threshold=False, holdout=0.0)
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -127,6 +127,51 @@ def test_a_refresh_learns_the_hard_negatives_and_rechooses_the_threshold(root, t
     assert (tmp_path / "hard_negatives_001.png").stat().st_size > 0
 
 
+def test_the_policy_floor_is_the_lowest_threshold_reaching_the_target_on_its_frames():
+    # scores from high to low: 10 true successes, then 5 failures the detector rates highly
+    # (the policy's hard negatives), then 5 true successes
+    probs = np.linspace(0.95, 0.0, 20)
+    truth = np.array([True] * 10 + [False] * 5 + [True] * 5)
+    # precision at the k highest: 1.0 down to k = 10, 10/11 = 0.909 at k = 11, 10/12 = 0.833 ...
+    # 15/20 = 0.75 at k = 20: the lowest threshold reaching 0.9 is the 11th score
+    assert policy_floor(truth, probs, 0.9) == pytest.approx(probs[10])
+    assert policy_floor(truth, probs, 0.75) == pytest.approx(probs[19])  # every frame
+    assert policy_floor(truth, probs, 0.95) == pytest.approx(probs[9])  # 10/10, not 10/11
+    # no true success: every claim is false, the floor lies above the highest score
+    floor = policy_floor(np.zeros(20, dtype=bool), probs, 0.9)
+    assert floor > probs.max() and floor == pytest.approx(probs.max())
+
+
+def test_held_out_policy_frames_never_train_and_raise_the_threshold_to_the_target(root):
+    data = str(root / "push.h5")
+    frames = read_split(data, "test")
+    refreshed = []
+    for blank in (False, True):  # the second sees black pixels wherever a frame is held out
+        detector = load_detector(root / "push" / "push_front.pt", threshold=0.2)
+        refresher = DetectorRefresher(detector, settings(data=data, learning_rate=1e-3,
+                                                         holdout=0.5), seed=0)
+        before = predict_pixels(detector.model, frames.pixels)
+        refresher.observe(frames.pixels, before, frames.label, frames.margin)
+        claimed = int((before >= 0.2).sum())
+        assert refresher.held_out.tolist() == [i % 2 == 1 for i in range(claimed)]
+        if blank:
+            refresher.pixels[refresher.held_out] = 0
+        refreshed.append((refresher, refresher.refresh()))
+    (refresher, metrics), (blanked, _) = refreshed
+    for key, value in refresher.detector.model.state_dict().items():  # held out: never trained on
+        assert torch.equal(value, blanked.detector.model.state_dict()[key]), key
+    model, held = refresher.detector.model, refresher.held_out
+    val = read_split(data, "val")
+    on_val = select_threshold(val.label, predict_pixels(model, val.pixels), 0.9).threshold
+    probs, truth = predict_pixels(model, refresher.pixels[held]), refresher.labels[held]
+    on_policy = select_threshold(truth, probs, 0.9).threshold
+    assert refresher.detector.threshold == pytest.approx(max(on_val, on_policy))
+    claims = probs >= refresher.detector.threshold
+    assert truth[claims].mean() >= 0.9
+    assert metrics["detector/refresh_policy_precision"] == pytest.approx(truth[claims].mean())
+    assert metrics["detector/refresh_policy_frames"] == held.sum() >= 20
+
+
 def test_a_buffer_with_one_class_and_no_data_is_skipped():
     refresher = DetectorRefresher(untrained(threshold=0.0), settings(), seed=0)
     assert refresher.refresh()["detector/refresh_skipped"] == 1.0  # nothing labelled yet
@@ -161,7 +206,7 @@ def _run(root, name: str, *extra: str) -> dict[str, list[tuple[int, float]]]:
 
 def test_a_group_run_refreshes_its_verifier_and_resumes_exactly(root):
     given = hashlib.sha256((root / "cnn.pt").read_bytes()).hexdigest()
-    straight = _run(root, "straight", "algo.iterations=3")
+    straight = _run(root, "straight", "algo.iterations=3", "detector_refresh.holdout=0.5")
     assert [v for _, v in straight["detector/refreshes"]] == [1.0, 2.0, 3.0]
     assert straight["detector/threshold"][-1][1] > 0.0  # chosen again on val, no longer 0
     assert hashlib.sha256((root / "cnn.pt").read_bytes()).hexdigest() == given
@@ -175,8 +220,9 @@ def test_a_group_run_refreshes_its_verifier_and_resumes_exactly(root):
     assert audit["refreshes"] == 3
     assert audit["labels_total"] == straight["detector/labels_total"][-1][1] > 0
 
-    _run(root, "resumed", "algo.iterations=2")
-    resumed = _run(root, "resumed", "algo.iterations=3", "resume=true")
+    _run(root, "resumed", "algo.iterations=2", "detector_refresh.holdout=0.5")
+    resumed = _run(root, "resumed", "algo.iterations=3", "detector_refresh.holdout=0.5",
+                   "resume=true")
     for key in ("detector/refreshes", "detector/threshold", "detector/labels_total",
                 "detector/false_positive_rate", "rollout/verifier_success_rate"):
         assert resumed[key] == straight[key], key
@@ -195,6 +241,7 @@ def test_refresh_needs_a_group_run_with_a_learned_verifier(root):
     for bad, message in (("detector_refresh.label=every", "label='every'"),
                          ("detector_refresh.replay_fraction=1.0", "replay_fraction=1.0"),
                          ("detector_refresh.every=-1", "every=-1"),
+                         ("detector_refresh.holdout=1.0", "holdout=1.0"),
                          ("detector_refresh.data=missing.h5", "'missing.h5' is not a file")):
         with pytest.raises(harness_config.ConfigError, match=message):
             harness_config.compose([*TINY, f"detector.checkpoint={root / 'cnn.pt'}", bad])

@@ -114,7 +114,10 @@ def test_local_ray_gives_the_joblib_sweep_and_stops(joblib_sweep, tmp_path):
     check_no_ray_left(done)
 
 
-@pytest.mark.parametrize("damage", ["never started", "killed before its summary"])
+@pytest.mark.parametrize("damage", [
+    pytest.param("never started", marks=pytest.mark.slow),  # the simpler case: -m slow
+    "killed before its summary",
+])
 def test_a_relaunched_sweep_skips_finished_jobs_and_completes_the_others(joblib_sweep, tmp_path,
                                                                          damage):
     sweep_dir = tmp_path / "sweep"
@@ -173,8 +176,9 @@ def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path):
      "hydra.sweep.dir='multirun/never_written' is relative"),
     ("hydra.launcher.ray.remote.num_cpus=64", False,
      "hydra.launcher.ray.remote.num_cpus=64: no node of the local Ray can hold one job"),
-    ("hydra.launcher.ray.remote.num_gpus=64", False,
-     "hydra.launcher.ray.remote.num_gpus=64: no node of the local Ray can hold one job"),
+    pytest.param("hydra.launcher.ray.remote.num_gpus=64", False,  # the CPU check's path
+                 "hydra.launcher.ray.remote.num_gpus=64: no node of the local Ray can hold one job",
+                 marks=pytest.mark.slow),
 ], ids=["unreachable address", "relative sweep dir", "too many CPUs", "too many GPUs"])
 def test_ray_refuses_what_it_cannot_run_before_anything_is_written(tmp_path, setting, relative,
                                                                    message):

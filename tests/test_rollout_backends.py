@@ -59,7 +59,7 @@ def test_sampling_is_the_inverse_cdf_of_each_row():
     assert sample_tokens(zero, torch.tensor([0.4999])).item() == 0
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_the_number_of_processes_does_not_change_the_run(tmp_path, reference, workers):
     assert run(tmp_path, "run", f"algo.workers={workers}") == reference
 
@@ -71,7 +71,7 @@ def test_batched_rollouts_give_the_same_run_as_policy_copies(tmp_path, reference
         reference
 
 
-@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+@pytest.mark.parametrize("mode", [pytest.param("per_worker", marks=pytest.mark.slow), "batched"])
 def test_ray_actors_give_the_same_run_as_processes(tmp_path, reference, mode):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
@@ -112,8 +112,10 @@ def _kill_soon(pool, timer: float = 0.3) -> threading.Timer:
     return killer
 
 
-@pytest.mark.parametrize("backend", ["processes", "ray"])
-@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+@pytest.mark.parametrize(("mode", "backend"), [  # each backend and each mode once by default
+    pytest.param("per_worker", "processes", marks=pytest.mark.slow), ("per_worker", "ray"),
+    ("batched", "processes"), pytest.param("batched", "ray", marks=pytest.mark.slow),
+])
 def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(backend, mode):
     policy, jobs, args = _jobs()
     with ProcessPool(1, args) as local:

@@ -54,9 +54,14 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_one_starts_its_own(tm
     assert (run_dir / ID_FILE).read_text().strip() == run_id
     assert offline_runs(run_dir) == [run_id, run_id]
 
-    other = tmp_path / "other"
-    train(other, "algo.iterations=1")
-    assert offline_runs(other) == [(other / ID_FILE).read_text().strip()] != [run_id]
+    other = tmp_path / "other"  # a fresh run directory: a W&B run of its own
+    other.mkdir()
+    logger = WandbRun(other, compose([*TINY, "algo.iterations=1"]), resuming=False)
+    try:
+        assert logger.run.id == (other / ID_FILE).read_text().strip() != run_id
+    finally:
+        logger.close()
+    assert offline_runs(other) == [logger.id]
 
 
 def test_a_sweep_job_is_grouped_by_its_sweep_and_named_by_its_folder(tmp_path, offline):

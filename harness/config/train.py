@@ -164,6 +164,9 @@ class DetectorRefreshConfig:
         replay_fraction: Share of each batch drawn from ``data``'s train split.
         target_precision: Validation precision the re-chosen threshold must reach.
         conservative_threshold: Require the precision's 95% lower bound to reach it.
+        holdout: Share of the labelled frames kept out of fine-tuning; the threshold is then
+            raised until their precision (the policy's own attempts) also reaches
+            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone.
     """
 
     every: int = 0
@@ -176,6 +179,7 @@ class DetectorRefreshConfig:
     replay_fraction: float = 0.5
     target_precision: float = 0.98
     conservative_threshold: bool = True
+    holdout: float = 0.0
 
     def __post_init__(self) -> None:
         check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
@@ -188,6 +192,8 @@ class DetectorRefreshConfig:
               f"detector_refresh.learning_rate={self.learning_rate}; must be > 0")
         check(0.0 <= self.replay_fraction < 1.0,
               f"detector_refresh.replay_fraction={self.replay_fraction}; expected [0, 1)")
+        check(0.0 <= self.holdout < 1.0,
+              f"detector_refresh.holdout={self.holdout}; expected a share in [0, 1)")
         check(0.0 < self.target_precision <= 1.0,
               f"detector_refresh.target_precision={self.target_precision}; expected (0, 1]")
         check(self.data is None or os.path.isfile(self.data),
