@@ -166,7 +166,8 @@ class DetectorRefreshConfig:
         conservative_threshold: Require the precision's 95% lower bound to reach it.
         holdout: Share of the labelled frames kept out of fine-tuning; the threshold is then
             raised until their precision (the policy's own attempts) also reaches
-            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone.
+            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone (before
+            2026-12-02 the only behaviour).
     """
 
     every: int = 0
@@ -179,7 +180,7 @@ class DetectorRefreshConfig:
     replay_fraction: float = 0.5
     target_precision: float = 0.98
     conservative_threshold: bool = True
-    holdout: float = 0.0
+    holdout: float = 0.25
 
     def __post_init__(self) -> None:
         check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
