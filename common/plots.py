@@ -117,13 +117,15 @@ def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
 
 def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: float,
                          reference_csv: str | Path | None = None,
-                         baseline_csv: str | Path | None = None) -> Path:
+                         baseline_csv: str | Path | None = None,
+                         baseline_label: str = "without the refresh") -> Path:
     """Plot a run scored by a learned verifier against the scripted truth, per iteration: the
     attempts' true and detected success (and the true success of a ``reference`` run scored by
     the scripted verifier), top; the detector's false-positive and false-negative rates on the
     policy's own attempts with the false-positive target, bottom, with a faint line at each
     refresh of the detector (``detector_refresh``). A ``baseline`` run (the same run scored by
-    the same detector, not refreshed) adds its true success and false-positive rate, dotted.
+    the same detector, not refreshed, or as ``baseline_label`` says) adds its true success and
+    false-positive rate, dotted.
 
     Raises:
         ValueError: The run logged no ``detector/false_positive_rate`` (no learned verifier).
@@ -145,7 +147,7 @@ def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: fl
     baseline = read_metrics(baseline_csv) if baseline_csv is not None else None
     if baseline is not None:
         top.plot(*curve(baseline, "rollout/success_rate"), ":", color="tab:purple",
-                 label="true success, run without the refresh")
+                 label=f"true success, run {baseline_label}")
     top.set_ylabel("training attempts'\nsuccess")
     top.set_ylim(0, 1.05)
     top.legend(fontsize=8, loc="best")
@@ -155,7 +157,7 @@ def verifier_audit_curve(metrics_csv: str | Path, out: str | Path, fp_target: fl
                 label="false-negative rate (of true successes)")
     if baseline is not None:
         bottom.plot(*curve(baseline, "detector/false_positive_rate"), ":", color="tab:purple",
-                    label="false-positive rate, run without the refresh")
+                    label=f"false-positive rate, run {baseline_label}")
     bottom.axhline(fp_target, color="tab:red", linestyle=":", label=f"target {fp_target:g}")
     refreshed = [step for step, value in series.get("detector/refresh_skipped", []) if value == 0]
     for i, step in enumerate(refreshed):  # detector_refresh: the detector was fine-tuned here

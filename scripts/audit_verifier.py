@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="allowed |final true success - reference's| (a fraction)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="the same run without detector_refresh, drawn dotted beside it")
+    parser.add_argument("--baseline-label", default="without the refresh",
+                        help="what the baseline run is, in the figure's legend")
     parser.add_argument("--out", type=Path, default=None,
                         help="figure; default <run dir>/verifier_audit.png")
     args = parser.parse_args(argv)
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         figure = verifier_audit_curve(
             args.run_dir / "metrics.csv", args.out or args.run_dir / "verifier_audit.png",
             args.fp_target, args.reference / "metrics.csv" if args.reference else None,
-            args.baseline / "metrics.csv" if args.baseline else None)
+            args.baseline / "metrics.csv" if args.baseline else None, args.baseline_label)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"audit_verifier.py: {error}") from None
     result["figure"] = str(figure)

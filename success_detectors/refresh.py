@@ -172,9 +172,9 @@ class DetectorRefresher:
         replay, has nothing to teach: the refresh is skipped (``detector/refresh_skipped``).
         """
         config, model = self.config, self.detector.model
-        rows = np.flatnonzero(~self.held_out)  # the buffer's frames that may train
-        n_buffer, labels = len(rows), self.labels[~self.held_out]
-        classes = n_buffer > 0 and labels.any() and not labels.all()
+        trainable = np.flatnonzero(~self.held_out)  # the buffer's frames that may train
+        n_buffer, truth = len(trainable), self.labels[trainable]
+        classes = n_buffer > 0 and truth.any() and not truth.all()
         if n_buffer == 0 or (self.replay is None and not classes):
             return {"detector/refresh_skipped": 1.0, "detector/refreshes": float(self.refreshes)}
         t0 = time.perf_counter()
@@ -186,8 +186,8 @@ class DetectorRefresher:
         from_replay = 0 if self.replay is None else round(config.replay_fraction
                                                            * config.batch_size)
         from_buffer = config.batch_size - from_replay
-        buffer_pixels = torch.from_numpy(self.pixels[rows])
-        buffer_labels = torch.from_numpy(labels.astype(np.float32))
+        buffer_pixels = torch.from_numpy(self.pixels[trainable])
+        buffer_labels = torch.from_numpy(truth.astype(np.float32))
         model.train()
         losses = []
         for _ in range(config.steps):
@@ -213,10 +213,11 @@ class DetectorRefresher:
             choice = select_threshold(self.val.label, val_probs, config.target_precision,
                                       conservative=config.conservative_threshold)
             self.detector.threshold = float(choice.threshold)
-            val = binary_metrics(self.val.label, val_probs, choice.threshold)
+        metrics.update(self._calibrate_on_policy())
+        if self.val is not None:  # at the threshold the detector now holds
+            val = binary_metrics(self.val.label, val_probs, self.detector.threshold)
             metrics.update({"detector/refresh_val_precision": float(val["precision"]),
                             "detector/refresh_val_recall": float(val["recall"])})
-        metrics.update(self._calibrate_on_policy())
         hard = self.claimed & ~self.labels & ~self.held_out
         if hard.any():  # fitted, not held out: does the detector still claim them?
             still = predict_pixels(model, self.pixels[hard]) >= self.detector.threshold

@@ -59,7 +59,7 @@ def test_a_detector_that_calls_everything_success_fails_the_audit(runs):
 def test_a_detector_that_never_calls_success_has_no_false_positives(runs, tmp_path):
     script = importlib.import_module("scripts.audit_verifier")
     result = script.main([str(runs / "blind"), "--out", str(tmp_path / "blind.png"),
-                          "--baseline", str(runs / "fooled")])
+                          "--baseline", str(runs / "fooled"), "--baseline-label", "fooled"])
     assert result["baseline"]["fp_rate_max"] == 1.0  # the other run, audited beside it
     assert result["fp_rate_max"] == 0.0 and result["fp_within_target_every_iteration"]
     assert result["first_step_above_fp_target"] is None and "reference" not in result
