@@ -162,7 +162,8 @@ class DetectorRefreshConfig:
         data: The detector's data file (HDF5): its train split is replayed in each batch and its
             val split chooses the threshold again; ``None``: the buffer alone, threshold kept.
         replay_fraction: Share of each batch drawn from ``data``'s train split.
-        target_precision: Validation precision the re-chosen threshold must reach.
+        target_precision: Precision the re-chosen threshold must reach on ``data``'s
+            validation split (and, with ``holdout``, on the held-out policy frames).
         conservative_threshold: Require the precision's 95% lower bound to reach it.
         holdout: Share of the labelled frames kept out of fine-tuning; the threshold is then
             raised until their precision (the policy's own attempts) also reaches
