@@ -12,7 +12,8 @@ policy it scores. :class:`DetectorRefresher` keeps it up with the policy during 
 2. Every ``every`` iterations :meth:`~DetectorRefresher.refresh` fine-tunes the detector in
    place for ``steps`` AdamW steps on batches that mix the buffer with the detector's own
    training split (``data``: ``replay_fraction`` of each batch, so that it keeps what it knew),
-   augmented and class-balanced as in training; then it chooses the threshold again on the
+   augmented and class-balanced as in training (``hard_negative_share`` of the buffer's part
+   drawn from its hard negatives); then it chooses the threshold again on the
    data file's validation split by the training rule (``target_precision``, ``conservative``).
    Without ``data`` it trains on the buffer alone and keeps its threshold. With ``holdout`` > 0
    a share of the labelled frames never trains the detector: it is the policy's own held-out
@@ -188,10 +189,15 @@ class DetectorRefresher:
         from_buffer = config.batch_size - from_replay
         buffer_pixels = torch.from_numpy(self.pixels[trainable])
         buffer_labels = torch.from_numpy(truth.astype(np.float32))
+        hard_rows = torch.from_numpy(np.flatnonzero(self.claimed[trainable] & ~truth))
+        from_hard = round(config.hard_negative_share * from_buffer) if len(hard_rows) else 0
         model.train()
         losses = []
         for _ in range(config.steps):
-            index = torch.randint(0, n_buffer, (from_buffer,), generator=generator)
+            index = torch.randint(0, n_buffer, (from_buffer - from_hard,), generator=generator)
+            if from_hard:  # oversampled, so that the few frames the policy fools it with count
+                pick = torch.randint(0, len(hard_rows), (from_hard,), generator=generator)
+                index = torch.cat([index, hard_rows[pick]])
             pixels, labels = [buffer_pixels[index]], [buffer_labels[index]]
             if from_replay:
                 rows = np.sort(torch.randint(0, len(self.replay), (from_replay,),

@@ -47,7 +47,7 @@ TINY = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=5", "algo=g
 def settings(**overrides):
     values = dict(every=1, label="claimed", buffer=1024, steps=40, batch_size=32,
                   learning_rate=3e-3, data=None, replay_fraction=0.5, target_precision=0.9,
-                  conservative_threshold=False, holdout=0.0)
+                  conservative_threshold=False, holdout=0.0, hard_negative_share=0.0)
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -172,6 +172,37 @@ def test_held_out_policy_frames_never_train_and_raise_the_threshold_to_the_targe
     assert metrics["detector/refresh_policy_frames"] == held.sum() >= 20
 
 
+def test_hard_negatives_are_oversampled_by_their_share(root):
+    data = str(root / "push.h5")
+    frames = read_split(data, "test")
+    refreshed = {}
+    for share, blank in ((0.0, False), (0.5, False), (1.0, False), (1.0, True)):
+        detector = load_detector(root / "push" / "push_front.pt", threshold=0.2)
+        refresher = DetectorRefresher(detector, settings(data=data, learning_rate=1e-3,
+                                                         hard_negative_share=share), seed=0)
+        before = predict_pixels(detector.model, frames.pixels)
+        refresher.observe(frames.pixels, before, frames.label, frames.margin)
+        hard = refresher.claimed & ~refresher.labels
+        assert 0 < hard.sum() < len(hard)
+        if blank:  # every buffer frame but the hard negatives black
+            refresher.pixels[~hard] = 0
+        refresher.refresh()
+        refreshed[share, blank] = (detector.model.state_dict(), refresher.pixels[hard])
+    # share 1: the buffer's part of every batch is hard negatives only, so the other buffer
+    # frames never reach the detector
+    weights, _ = refreshed[1.0, False]
+    for key, value in weights.items():
+        assert torch.equal(value, refreshed[1.0, True][0][key]), key
+    # share 0 draws the buffer uniformly (the old behaviour); a share pushes the hard
+    # negatives' scores further down than that
+    scores = {}
+    for share in (0.0, 0.5):
+        detector = load_detector(root / "push" / "push_front.pt")
+        detector.model.load_state_dict(refreshed[share, False][0])
+        scores[share] = predict_pixels(detector.model, refreshed[share, False][1]).mean()
+    assert scores[0.5] < scores[0.0] - 0.05
+
+
 def test_a_buffer_with_one_class_and_no_data_is_skipped():
     refresher = DetectorRefresher(untrained(threshold=0.0), settings(), seed=0)
     assert refresher.refresh()["detector/refresh_skipped"] == 1.0  # nothing labelled yet
@@ -242,6 +273,8 @@ def test_refresh_needs_a_group_run_with_a_learned_verifier(root):
                          ("detector_refresh.replay_fraction=1.0", "replay_fraction=1.0"),
                          ("detector_refresh.every=-1", "every=-1"),
                          ("detector_refresh.holdout=1.0", "holdout=1.0"),
+                         ("detector_refresh.hard_negative_share=1.5",
+                          "hard_negative_share=1.5"),
                          ("detector_refresh.data=missing.h5", "'missing.h5' is not a file")):
         with pytest.raises(harness_config.ConfigError, match=message):
             harness_config.compose([*TINY, f"detector.checkpoint={root / 'cnn.pt'}", bad])

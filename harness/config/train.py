@@ -169,6 +169,10 @@ class DetectorRefreshConfig:
             raised until their precision (the policy's own attempts) also reaches
             ``target_precision``. 0: off, the threshold is chosen on ``data`` alone (before
             2026-12-02 the only behaviour).
+        hard_negative_share: Share of each batch's buffer frames drawn from the buffer's hard
+            negatives (claimed successes the label calls failures), so that fine-tuning fits
+            the few frames the policy fools the detector with; 0: the buffer drawn uniformly
+            (the only behaviour before 2026-12-02).
     """
 
     every: int = 0
@@ -182,6 +186,7 @@ class DetectorRefreshConfig:
     target_precision: float = 0.98
     conservative_threshold: bool = True
     holdout: float = 0.25
+    hard_negative_share: float = 0.25
 
     def __post_init__(self) -> None:
         check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
@@ -196,6 +201,9 @@ class DetectorRefreshConfig:
               f"detector_refresh.replay_fraction={self.replay_fraction}; expected [0, 1)")
         check(0.0 <= self.holdout < 1.0,
               f"detector_refresh.holdout={self.holdout}; expected a share in [0, 1)")
+        check(0.0 <= self.hard_negative_share <= 1.0,
+              f"detector_refresh.hard_negative_share={self.hard_negative_share}; expected a "
+              "share in [0, 1]")
         check(0.0 < self.target_precision <= 1.0,
               f"detector_refresh.target_precision={self.target_precision}; expected (0, 1]")
         check(self.data is None or os.path.isfile(self.data),
