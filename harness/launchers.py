@@ -5,7 +5,10 @@ creates the sweep folder, so a launcher that cannot run the sweep stops it with 
 change and nothing written:
 
 * SLURM (``hydra/launcher=slurm``, or the plugin's own ``submitit_slurm``) where there is no
-  ``sbatch`` to submit with;
+  ``sbatch`` to submit with, with a ``partition`` that ``sinfo`` does not list (``sbatch``
+  would refuse it only once the sweep folder is written, in a traceback), or with a per-job
+  request of CPUs or nodes that no partition it may run in can hold (which SLURM's default
+  ``EnforcePartLimits=NO`` accepts and leaves pending for ever);
 * Ray (``hydra/launcher=ray_cluster``, or the plugin's own ``ray``) with a
   ``ray.init.address`` where no Ray cluster answers, a relative ``hydra.sweep.dir`` with a
   cluster (each node would resolve it against its own working directory), or a per-job
@@ -27,7 +30,9 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ LOCAL_RAY_KEYS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_m
 # ray.remote key -> (Ray resource name, default of a Ray task)
 RAY_REQUESTS = {"num_cpus": ("CPU", 1.0), "num_gpus": ("GPU", 0.0), "memory": ("memory", 0.0)}
 CONNECT_TIMEOUT_S = 5.0
+SINFO_TIMEOUT_S = 30.0
 
 
 class LauncherError(SystemExit):
@@ -56,17 +62,41 @@ class LauncherCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         target = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         if target == SLURM_LAUNCHER:
-            check_slurm()
+            launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+            check_slurm(launcher.get("partition"), launcher.get("cpus_per_task"),
+                        launcher.get("tasks_per_node"), launcher.get("nodes"))
         elif target == RAY_LAUNCHER:
             ray_settings = OmegaConf.to_container(config.hydra.launcher.ray, resolve=True)
             start_or_join_ray(ray_settings, str(config.hydra.sweep.dir))
 
 
-def check_slurm() -> None:
-    """Refuse a SLURM sweep where ``sbatch`` is not on the ``PATH``.
+@dataclass(frozen=True)
+class SlurmPartition:
+    """A partition as ``sinfo`` lists it: its name, whether it is the cluster's default, and
+    the CPUs of each of its nodes."""
+
+    name: str
+    default: bool
+    node_cpus: tuple[int, ...]
+
+
+def check_slurm(partition: str | None = None, cpus_per_task: int | None = None,
+                tasks_per_node: int | None = None, nodes: int | None = None) -> None:
+    """Refuse a SLURM sweep that ``sbatch`` cannot submit, or that SLURM would accept and
+    never start.
+
+    Args:
+        partition: ``hydra.launcher.partition``: one name, or several separated by commas (as
+            ``sbatch --partition`` takes them); ``None``: the cluster's default partition.
+        cpus_per_task, tasks_per_node, nodes: One job's request (``None``: SLURM's default, 1).
 
     Raises:
-        LauncherError: No ``sbatch``.
+        LauncherError: No ``sbatch`` on the ``PATH``; a partition ``sinfo --all`` does not list
+            (``sbatch`` would refuse it only after the sweep folder is written); or a request
+            no partition can hold: ``cpus_per_task × tasks_per_node`` CPUs on ``nodes`` nodes
+            (a cluster that keeps SLURM's default ``EnforcePartLimits=NO`` accepts such an
+            array and leaves it pending, ``Reason=PartitionConfig``, for ever). Where ``sinfo``
+            is missing or fails, these are left to ``sbatch``.
     """
     if shutil.which("sbatch") is None:
         raise LauncherError(
@@ -75,6 +105,74 @@ def check_slurm() -> None:
             "on a SLURM login node, or rehearse it here with hydra/launcher=slurm_rehearsal "
             "(the same jobs through submitit, as local processes)"
         )
+    partitions = slurm_partitions()
+    if partitions is None:
+        return
+    if partition is None:
+        chosen = [p for p in partitions.values() if p.default]
+    else:
+        names = [name.strip() for name in str(partition).split(",")]
+        unknown = [name for name in names if name not in partitions]
+        if unknown:
+            raise LauncherError(
+                f"hydra.launcher.partition={partition!r}: this SLURM cluster has no partition "
+                f"{', '.join(repr(name) for name in unknown)} (sinfo lists: "
+                f"{', '.join(partitions) or 'none'}); pick one of those, or leave "
+                "partition=null for the cluster's default"
+            )
+        chosen = [partitions[name] for name in names]
+    cpus = int(cpus_per_task or 1) * int(tasks_per_node or 1)
+    count = int(nodes or 1)
+    if (not chosen or any(not p.node_cpus for p in chosen)  # nothing to judge: sbatch's call
+            or any(sum(c >= cpus for c in p.node_cpus) >= count for p in chosen)):
+        return
+    settings = [f"hydra.launcher.cpus_per_task={cpus_per_task}"]
+    if int(tasks_per_node or 1) > 1:
+        settings.append(f"hydra.launcher.tasks_per_node={tasks_per_node}")
+    if count > 1:
+        settings.append(f"hydra.launcher.nodes={count}")
+    offered = "; ".join(
+        f"partition {p.name!r}: {len(p.node_cpus)} node(s), the largest with "
+        f"{max(p.node_cpus, default=0)} CPUs"
+        + (f", {sum(c >= cpus for c in p.node_cpus)} with {cpus} or more" if count > 1 else "")
+        for p in chosen)
+    raise LauncherError(
+        f"{', '.join(settings)}: one job asks for {cpus} CPU(s) on each of {count} node(s), "
+        f"which no partition it may run in can hold ({offered}); SLURM would accept the array and "
+        "leave it pending (Reason=PartitionConfig) for ever. Lower the request, or pick a "
+        "partition with larger nodes (hydra.launcher.partition)"
+    )
+
+
+def slurm_partitions() -> dict[str, SlurmPartition] | None:
+    """The partitions of the SLURM cluster, hidden ones included (``sinfo --all``), by name, in
+    ``sinfo``'s order; ``None`` where ``sinfo`` is missing or fails."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return None
+    try:
+        listing = subprocess.run([sinfo, "--all", "--noheader", "--Node", "--format=%P|%N|%c"],
+                                 capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as error:
+        log.warning("could not list the SLURM partitions (%s); left to sbatch", error)
+        return None
+    if listing.returncode != 0:
+        log.warning("could not list the SLURM partitions (sinfo: %s); left to sbatch",
+                    listing.stderr.strip() or f"exit status {listing.returncode}")
+        return None
+    defaults: dict[str, bool] = {}
+    cpus: dict[str, dict[str, int]] = {}
+    for line in listing.stdout.splitlines():
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) != 3 or not fields[0]:
+            continue
+        name = fields[0].rstrip("*")
+        defaults[name] = defaults.get(name, False) or fields[0].endswith("*")
+        node_cpus = cpus.setdefault(name, {})
+        if fields[2].isdigit():
+            node_cpus[fields[1]] = int(fields[2])
+    return {name: SlurmPartition(name, defaults[name], tuple(cpus[name].values()))
+            for name in defaults}
 
 
 def start_or_join_ray(ray_settings: Mapping[str, Any], sweep_dir: str) -> None:

@@ -3,10 +3,12 @@ default), the submitit rehearsal of a SLURM sweep and a local Ray gives the same
 the same numbers, and the report reads each; a re-launched sweep (``resume=true``) leaves a
 finished job untouched and completes the others; a launcher that cannot run the sweep stops it
 with the setting to change before anything is written. Each sweep runs ``scripts/train.py`` in a
-subprocess, as a user would."""
+subprocess, as a user would. The SLURM checks run against stand-in ``sbatch`` and ``sinfo``
+scripts on a ``PATH`` of their own, so they need no SLURM (and ignore one that is installed)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -20,6 +22,7 @@ import pytest
 
 from harness import trainers
 from harness.config import compose
+from harness.launchers import LauncherError, check_slurm
 from harness.report import scan_runs
 from harness.report.compare import compare_sweeps, job_folders
 
@@ -41,12 +44,15 @@ class Sweep:
     stderr: str
 
 
-def sweep(sweep_dir: Path | str, *overrides: str, check: bool = True) -> Sweep:
-    """``python scripts/train.py -m <the tiny sweep> overrides... hydra.sweep.dir=sweep_dir``."""
+def sweep(sweep_dir: Path | str, *overrides: str, check: bool = True,
+          path: str | None = None) -> Sweep:
+    """``python scripts/train.py -m <the tiny sweep> overrides... hydra.sweep.dir=sweep_dir``,
+    with ``PATH=path`` where given."""
+    env = None if path is None else {**os.environ, "PATH": path}
     process = subprocess.Popen(
         [sys.executable, "scripts/train.py", "-m", *SWEEP, *overrides,
          f"hydra.sweep.dir={sweep_dir}"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )
     _, stderr = process.communicate(timeout=300)
     if check:
@@ -160,13 +166,80 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="this machine has sbatch")
+# sinfo --all --noheader --Node --format=%P|%N|%c of a cluster with a default partition "cpu"
+# (two 4-CPU nodes) and a partition "big" (one 4-CPU node shared with cpu, one 16-CPU node)
+SINFO = "cpu*|n1|4\\ncpu*|n2|4\\nbig|n2|4\\nbig|n3|16\\n"
+
+
+def fake_slurm(folder: Path, sinfo: str | None = f"printf '{SINFO}'") -> str:
+    """A ``PATH`` of ``folder``, which gets stand-ins for ``sbatch`` (it records that it was
+    called, and fails) and ``sinfo`` (a shell script running the command ``sinfo``; no ``sinfo``
+    where ``None``), and of the folder of this Python, which holds no SLURM command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    scripts = {"sbatch": f"touch '{folder}/sbatch_called'; exit 1", "sinfo": sinfo}
+    for name, body in scripts.items():
+        if body is not None:
+            (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+            (folder / name).chmod(0o755)
+    return os.pathsep.join([str(folder), str(Path(sys.executable).parent)])
+
+
 def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path):
-    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", check=False)
+    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", check=False,
+                 path=str(Path(sys.executable).parent))
     assert done.returncode == 1
     assert "sbatch, which is not on this machine's PATH" in done.stderr
     assert "hydra/launcher=slurm_rehearsal" in done.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("hydra.launcher.partition=gpu", "hydra.launcher.partition='gpu': this SLURM cluster has no "
+     "partition 'gpu' (sinfo lists: cpu, big)"),
+    ("hydra.launcher.cpus_per_task=8", "hydra.launcher.cpus_per_task=8: one job asks for 8 CPU(s) "
+     "on each of 1 node(s), which no partition it may run in can hold (partition 'cpu': 2 "
+     "node(s), the largest with 4 CPUs)"),
+], ids=["unknown partition", "too many CPUs"])
+def test_slurm_refuses_what_sbatch_would_refuse_or_leave_pending(tmp_path, setting, message):
+    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", setting, check=False,
+                 path=fake_slurm(tmp_path / "bin"))
+    assert done.returncode == 1
+    assert message in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "bin" / "sbatch_called").exists()
+
+
+@pytest.mark.parametrize(("request_", "sinfo", "refused"), [
+    ({}, f"printf '{SINFO}'", None),
+    ({"partition": "cpu"}, f"printf '{SINFO}'", None),
+    ({"partition": "big, cpu"}, f"printf '{SINFO}'", None),  # sbatch --partition takes a list
+    ({"partition": "big,long"}, f"printf '{SINFO}'", "no partition 'long' (sinfo lists: cpu, big)"),
+    ({"partition": "CPU"}, f"printf '{SINFO}'", "no partition 'CPU'"),  # names are case-sensitive
+    ({"cpus_per_task": 4, "nodes": 2}, f"printf '{SINFO}'", None),
+    ({"cpus_per_task": 5}, f"printf '{SINFO}'", "(partition 'cpu': 2 node(s), the largest with "
+     "4 CPUs); SLURM would accept the array and leave it pending (Reason=PartitionConfig)"),
+    ({"cpus_per_task": 2, "tasks_per_node": 3}, f"printf '{SINFO}'",
+     "hydra.launcher.cpus_per_task=2, hydra.launcher.tasks_per_node=3: one job asks for 6 CPU(s)"),
+    ({"partition": "big", "cpus_per_task": 16}, f"printf '{SINFO}'", None),
+    ({"partition": "cpu,big", "cpus_per_task": 16}, f"printf '{SINFO}'", None),  # one fits
+    ({"partition": "big", "cpus_per_task": 8, "nodes": 2}, f"printf '{SINFO}'",
+     "(partition 'big': 2 node(s), the largest with 16 CPUs, 1 with 8 or more)"),
+    ({"cpus_per_task": 64}, "printf 'cpu|n1|4\\n'", None),  # no default partition: sbatch's
+    ({"cpus_per_task": 64}, "printf 'cpu*|n1|N/A\\n'", None),  # CPUs unknown: sbatch's
+    ({"partition": "long", "cpus_per_task": 64},
+     "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1", None),
+    ({"partition": "long"}, None, None),  # no sinfo: left to sbatch
+], ids=["default", "default partition", "list", "one unknown of two", "case", "fits",
+        "too many CPUs", "too many tasks", "fits the big node", "fits one of two",
+        "too few big nodes", "no default", "CPUs unknown", "sinfo fails", "no sinfo"])
+def test_check_slurm_refuses_what_no_partition_sinfo_lists_can_hold(tmp_path, monkeypatch,
+                                                                     request_, sinfo, refused):
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path, sinfo))
+    if refused is None:
+        check_slurm(**request_)
+        return
+    with pytest.raises(LauncherError) as error:
+        check_slurm(**request_)
+    assert refused in str(error.value)
 
 
 @pytest.mark.parametrize(("setting", "relative", "message"), [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import numpy as np
@@ -52,8 +53,11 @@ def connect_ray(address: str | None, num_cpus: float) -> bool:
     try:
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as error:
+        token = (" (a cluster with token authentication, what `ray start` sets up by default, "
+                 "also needs RAY_AUTH_MODE=token and its token here)"
+                 if "RAY_AUTH_MODE" not in os.environ else "")
         raise ConfigError(f"algo.rollout.ray_address={address!r}: cannot join a Ray cluster "
-                          f"({error})") from None
+                          f"({error}){token}") from None
     return False
 
 

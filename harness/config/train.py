@@ -167,12 +167,9 @@ class DetectorRefreshConfig:
         conservative_threshold: Require the precision's 95% lower bound to reach it.
         holdout: Share of the labelled frames kept out of fine-tuning; the threshold is then
             raised until their precision (the policy's own attempts) also reaches
-            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone (before
-            2026-12-02 the only behaviour).
-        hard_negative_share: Share of each batch's buffer frames drawn from the buffer's hard
-            negatives (claimed successes the label calls failures), so that fine-tuning fits
-            the few frames the policy fools the detector with; 0: the buffer drawn uniformly
-            (the only behaviour before 2026-12-02).
+            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone.
+        hard_negative_share: Share of each batch's buffer frames drawn from its hard negatives
+            (claimed successes labelled failures), so that they are fitted; 0: drawn uniformly.
     """
 
     every: int = 0
