@@ -24,6 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from common.cli import lazy_help_sections
 from harness.config import TaskOptions
 from harness.demos import DEMO_LABELS, collect_demos
 
@@ -63,6 +64,9 @@ class CollectDemosConfig:
 
 
 ConfigStore.instance().store(name="collect_demos_schema", node=CollectDemosConfig)
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="collect_demos")

@@ -17,7 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from common.cli import lazy_help_sections
 from success_detectors import data
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="collect_detector_data", version_base="1.3")

@@ -31,7 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from common.cli import run_app
+from common.cli import lazy_help_sections, run_app
 from common.files import atomic_write_text, to_json
 from harness.checkpoints import DOMAIN_BLOCKS, evaluate_checkpoint
 from harness.policies import resolve_device
@@ -92,6 +92,9 @@ def fail(message: str) -> NoReturn:
     """Print ``message`` as this script's error and exit with status 1."""
     print(f"evaluate.py: {message}", file=sys.stderr)
     raise SystemExit(1)
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="evaluate")

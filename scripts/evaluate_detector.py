@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from common.cli import lazy_help_sections
 from common.files import write_json
 from success_detectors import load_detector
 from success_detectors.evaluation import (
@@ -33,6 +34,8 @@ from success_detectors.evaluation import (
     metric_drops,
     threshold_on_file,
 )
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="evaluate_detector", version_base="1.3")

@@ -21,6 +21,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from common.cli import lazy_help_sections
 from harness.lerobot import FORMATS, PIX_FMTS, export_lerobot
 
 
@@ -51,6 +52,9 @@ class ExportDatasetConfig:
 
 
 ConfigStore.instance().store(name="export_dataset_schema", node=ExportDatasetConfig)
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_dataset")

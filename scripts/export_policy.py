@@ -29,7 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 import tasks
-from common.cli import run_app
+from common.cli import lazy_help_sections, run_app
 from common.files import atomic_write, sha256_of
 from harness.algos.group import read_checkpoint
 from harness.config import GROUP_ALGOS, SB3_ALGOS
@@ -96,6 +96,9 @@ def load_token_policy(checkpoint: str, reference: bool = False
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"checkpoint {path}: cannot rebuild its token policy: {error}") from None
     return policy.eval(), path, metadata
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export_policy")

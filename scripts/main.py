@@ -34,21 +34,25 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from common.cli import lazy_help_sections
 from common.files import write_json
-from common.plots import learning_curve
 from harness import config as harness_config
-from harness import trainers
 
 # Absolute, so that the app also finds its configs when this file is imported under another name.
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 harness_config.register_configs()
+lazy_help_sections()
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main_job(cfg: DictConfig) -> float:
     """Train, then add the before/after figures to ``summary.json``, draw the learning curve
     and print the table; returns the final greedy success (what a sweeper would maximise)."""
+    # Here, not at the top: torch, the trainers and matplotlib load only for a run.
+    from common.plots import learning_curve
+    from harness import trainers
+
     started = time.perf_counter()
     config = harness_config.load(cfg)
     # Relative to where it runs when it can be (hydra.job.chdir=false), as printed before Hydra.

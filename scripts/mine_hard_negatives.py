@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from common.cli import lazy_help_sections
 from harness.checkpoints import load_policy
 from harness.runs import resolve_checkpoint
 from success_detectors.mining import COUNTS, MineConfig, mine_round
@@ -30,6 +31,9 @@ def load_run_policy(policy_run: str):
     """``(task, task options, greedy policy function)`` of a trained run's checkpoint."""
     path, metadata = resolve_checkpoint(policy_run)
     return metadata["task"], metadata["task_options"], load_policy(path, metadata)
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="mine_hard_negatives", version_base="1.3")

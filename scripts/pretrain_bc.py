@@ -28,6 +28,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from common.cli import lazy_help_sections
 from common.files import atomic_write_text
 from harness.bc import evaluate_policy, pretrain_bc
 from harness.config import PolicyConfig
@@ -83,6 +84,9 @@ class PretrainBCConfig:
 
 
 ConfigStore.instance().store(name="pretrain_bc_schema", node=PretrainBCConfig)
+
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="pretrain_bc")

@@ -18,7 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from common.cli import lazy_help_sections
 from success_detectors.training import TrainDetectorConfig, train_detector
+
+lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="train_detector", version_base="1.3")

@@ -43,7 +43,6 @@ from success_detectors.fitting import _loss
 from success_detectors.metrics import binary_metrics, select_threshold
 from success_detectors.network import predict_pixels
 
-LABELS = ("claimed", "all")
 SHEET_FRAMES = 8  # hard negatives per sheet
 SHEET_COLUMNS = 4
 MIN_HELD_OUT = 20  # held-out frames needed before they may move the threshold

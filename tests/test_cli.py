@@ -1,4 +1,5 @@
-"""The command line: every script answers ``--help``; the Hydra apps list their keys, print their
+"""The command line: every script answers ``--help`` (the training app's without importing torch
+or building group lists its template does not show); the Hydra apps list their keys, print their
 configuration, run on tiny settings and refuse bad values naming the key; ``import harness``
 registers the Gymnasium ids. Each check runs the scripts in a subprocess, as a user would."""
 
@@ -24,10 +25,11 @@ TINY_TRAIN = ("task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "alg
               "eval.final_episodes=2", "eval.every_steps=0", "logger=none")
 
 
-def run(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``python scripts/<script>.py args...`` from the repository root."""
-    done = subprocess.run([sys.executable, f"scripts/{script}.py", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def run(script: str, *args: str, check: bool = True,
+        python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``python [python_flags] scripts/<script>.py args...`` from the repository root."""
+    done = subprocess.run([sys.executable, *python_flags, f"scripts/{script}.py", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -66,6 +68,40 @@ def test_train_help_lists_every_group_choice_and_hides_the_schemas():
         missing = [choice for choice in choices if choice not in listed.replace(",", " ").split()]
         assert not missing, f"{group}: {missing} missing from --help"
     assert "schema" not in text and text.count("python scripts/train.py") >= 3
+
+
+@pytest.mark.parametrize("script", ["train", "main"])
+def test_training_app_help_imports_neither_torch_nor_the_trainers(script):
+    """``--help`` composes the config and prints the template; it needs no torch, which alone
+    took seconds to import (``harness.config`` imports torch only inside the checks that use it,
+    and the scripts import the trainers in their task function)."""
+    done = run(script, "--help", python_flags=("-X", "importtime"))
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "harness.config" in imported  # the listing is there to read
+    heavy = sorted(name for name in imported
+                   if name.split(".")[0] in ("torch", "stable_baselines3")
+                   or name == "harness.trainers")
+    assert not heavy, f"scripts/{script}.py --help imported {heavy[:5]}"
+    assert done.stdout == help_text("train")  # main.py is the training app with its help
+
+
+def test_train_help_builds_no_group_list_its_template_does_not_show():
+    """Hydra would list every config group for ``$APP_CONFIG_GROUPS`` and
+    ``$HYDRA_CONFIG_GROUPS`` (seconds of ConfigStore copies); the template shows neither."""
+    code = ("import atexit, runpy, sys\n"
+            "from hydra._internal.hydra import Hydra\n"
+            "built = []\n"
+            "build = Hydra.format_config_groups\n"
+            "Hydra.format_config_groups = lambda *a, **k: built.append(1) or build(*a, **k)\n"
+            "atexit.register(lambda: print('group lists built:', len(built), file=sys.stderr))\n"
+            "sys.argv = ['scripts/train.py', '--help']\n"
+            "runpy.run_path('scripts/train.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "group lists built: 0" in done.stderr
+    assert done.stdout == help_text("train")
 
 
 @pytest.mark.parametrize("script", KEYED_APPS)

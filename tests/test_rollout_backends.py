@@ -1,6 +1,7 @@
 """Rollout workers as processes or Ray actors: the same seed gives the same run, bit for bit,
 whatever the backend and the number of workers; a worker killed mid-iteration is replaced and
-the iteration completes; bad Ray settings are refused before the run directory exists.
+the iteration completes; bad Ray settings, a cluster that cannot be joined included, are
+refused before the run directory exists.
 
 Real group-trainer runs on reach (state, a tiny MLP), real worker processes, a real local Ray.
 """
@@ -163,6 +164,27 @@ def test_an_unreachable_ray_address_is_refused_before_the_run_directory(tmp_path
         [*FAST, "algo.rollout.backend=ray", f"algo.rollout.ray_address=127.0.0.1:{port}"])
     with pytest.raises(ConfigError, match=f"algo.rollout.ray_address='127.0.0.1:{port}'"):
         trainers.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_ray_address_that_answers_but_cannot_be_joined_is_refused_before_the_run_directory(
+        tmp_path, monkeypatch):
+    """A port that answers but holds no cluster that takes this driver (one with token
+    authentication refuses it after Ray's ~30 s of retries, here at once): the join is part of
+    the pre-flight checks, so the run stops before its directory exists."""
+    ray = pytest.importorskip("ray")
+
+    def refuse(address: str, **options) -> None:
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        config = harness_config.compose(
+            [*FAST, "algo.rollout.backend=ray", f"algo.rollout.ray_address={address}"])
+        with pytest.raises(ConfigError, match=f"ray_address='{address}': cannot join"):
+            trainers.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

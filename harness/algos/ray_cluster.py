@@ -9,6 +9,9 @@ import numpy as np
 
 from harness.config.errors import ConfigError
 
+# Keyword arguments of every ray.init here: the run's own logging, no dashboard.
+_INIT_OPTIONS = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+
 
 def _import_ray():
     try:
@@ -39,26 +42,30 @@ def connect_ray(address: str | None, num_cpus: float) -> bool:
     down).
 
     Raises:
-        ConfigError: Ray is not installed, or nothing answers at ``address``.
+        ConfigError: Ray is not installed, or no Ray cluster can be joined at ``address``.
     """
     ray = _import_ray()
     if ray.is_initialized():
         return False
-    options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address is None:
-        ray.init(num_cpus=max(1, int(np.ceil(num_cpus))), **options)
+        ray.init(num_cpus=max(1, int(np.ceil(num_cpus))), **_INIT_OPTIONS)
         return True
+    _join(ray, address)
+    return False
+
+
+def _join(ray, address: str) -> None:
+    """Join the Ray cluster at ``address`` (``auto`` or ``[ray://]host:port``) as a driver."""
     if address != "auto":
         _check_reachable(address)
     try:
-        ray.init(address=address, **options)
+        ray.init(address=address, **_INIT_OPTIONS)
     except (ConnectionError, RuntimeError, ValueError) as error:
         token = (" (a cluster with token authentication, what `ray start` sets up by default, "
                  "also needs RAY_AUTH_MODE=token and its token here)"
                  if "RAY_AUTH_MODE" not in os.environ else "")
         raise ConfigError(f"algo.rollout.ray_address={address!r}: cannot join a Ray cluster "
                           f"({error}){token}") from None
-    return False
 
 
 def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
@@ -85,14 +92,16 @@ def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
 
 
 def preflight(rollout) -> None:
-    """What can be checked of ``algo.rollout`` before a run starts: Ray installed, its address
-    well formed and answering. (Resources are checked once connected, by :class:`RayPool`.)
+    """What can be checked of ``algo.rollout`` before a run starts: Ray installed and, with an
+    address, its cluster joined, so that a cluster that does not answer, or refuses this driver,
+    stops the run before its directory is written. A local Ray (``ray_address: null``) is left
+    for the pool to start, and resources are checked once connected, by :class:`RayPool`.
 
     Raises:
         ConfigError: Naming the setting.
     """
     if rollout.backend != "ray":
         return
-    _import_ray()
-    if rollout.ray_address not in (None, "auto"):
-        _check_reachable(rollout.ray_address)
+    ray = _import_ray()
+    if rollout.ray_address is not None and not ray.is_initialized():
+        _join(ray, rollout.ray_address)

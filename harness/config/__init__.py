@@ -18,6 +18,11 @@ One module per group: :mod:`~harness.config.task`, :mod:`~harness.config.algos`,
 ``logger``, ``eval`` and ``verifier`` blocks in :mod:`~harness.config.train`; Hydra's side
 (registration, :func:`compose`, :func:`load`, :func:`to_yaml`) in :mod:`~harness.config.hydra`.
 Every name is re-exported here: import from ``harness.config``.
+
+Importing this package does not import torch: the checks that need the policies, the
+objectives or the detectors import them inside themselves, when :func:`load` runs them, so that
+composing a config (``--help``, ``--cfg job``) does without the seconds torch takes to load
+(``tests/test_cli.py`` checks that ``--help`` loads no torch).
 """
 
 from harness.config.adr import AdrConfig, AdrParamConfig

@@ -11,7 +11,6 @@ from omegaconf import MISSING
 
 from harness.config.errors import ConfigError, check
 from harness.lerobot import read_info
-from harness.objectives import AGGREGATIONS
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
@@ -312,6 +311,8 @@ class GroupAlgoConfig(AlgoConfig):
     reset_noise: ResetNoiseConfig = field(default_factory=ResetNoiseConfig)
 
     def __post_init__(self) -> None:
+        from harness.objectives import AGGREGATIONS  # imports torch: here, not at import
+
         super().__post_init__()
         check(self.start_states in START_STATES,
               f"algo.start_states={self.start_states!r}; choose one of {START_STATES}")

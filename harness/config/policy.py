@@ -3,6 +3,9 @@
 ``cnn`` is an SB3 network, ``tiny_vla`` and ``hf_vla`` token policies of the group trainer, and
 ``mlp`` serves both (SB3's ``MlpPolicy`` or the group trainer's MLP token policy), so its schema
 has both sets.
+
+``harness.policies`` imports torch, so its names are imported inside the methods that use them:
+composing a config (``--help``, ``--cfg job``) stays free of torch.
 """
 
 from __future__ import annotations
@@ -10,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import MISSING
 
 from harness.config.errors import ConfigError, check
-from harness.policies import KINDS, TokenPolicyConfig
-from harness.policies.hf_models import check_dtype, check_model
-from harness.policies.token_policy import IMAGE_FEATURES
-from harness.policies.tokens import PROPRIO_INPUTS
+
+if TYPE_CHECKING:
+    from harness.policies import TokenPolicyConfig
 
 POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla", "hf_vla")
 # Which policies each algorithm family can train, and which observation key each policy reads.
@@ -58,6 +61,8 @@ class PolicyConfig:
         Raises:
             ConfigError: The policy is not a token policy.
         """
+        from harness.policies import KINDS
+
         raise ConfigError(f"policy={self.name!r} is not a token policy; choose one of {KINDS}")
 
 
@@ -98,6 +103,8 @@ class TokenPolicyFields(PolicyConfig):
     embed_dim: int = 32
 
     def token_policy_config(self) -> TokenPolicyConfig:
+        from harness.policies import TokenPolicyConfig
+
         return TokenPolicyConfig(kind=self.name, num_bins=self.num_bins, hidden=self.hidden,
                                  embed_dim=self.embed_dim, use_instruction=self.use_instruction)
 
@@ -159,6 +166,8 @@ class TinyVLAConfig(TokenPolicyFields):
     instruction_keypoints: int = 0
 
     def __post_init__(self) -> None:
+        from harness.policies.token_policy import IMAGE_FEATURES
+
         super().__post_init__()
         check(self.image_features in IMAGE_FEATURES,
               f"policy.image_features={self.image_features!r}; choose one of {IMAGE_FEATURES}")
@@ -234,6 +243,9 @@ class HFVLAConfig(PolicyConfig):
     proprio: str = "projection"
 
     def __post_init__(self) -> None:
+        from harness.policies.hf_models import check_model
+        from harness.policies.tokens import PROPRIO_INPUTS
+
         super().__post_init__()
         check(self.num_bins >= 2, f"policy.num_bins={self.num_bins}; need >= 2")
         check(self.proprio in PROPRIO_INPUTS,
@@ -245,12 +257,16 @@ class HFVLAConfig(PolicyConfig):
 
     def check_device(self, device) -> None:
         """Refuse ``bfloat16`` on a device without it (needs the run's device)."""
+        from harness.policies.hf_models import check_dtype
+
         try:
             check_dtype(self.dtype, device)
         except ValueError as error:
             raise ConfigError(str(error)) from None
 
     def token_policy_config(self) -> TokenPolicyConfig:
+        from harness.policies import TokenPolicyConfig
+
         model = str(Path(self.model).resolve()) if Path(self.model).is_dir() else self.model
         lora = {} if self.lora is None else {  # lora_rank 0 (the default): every weight trains
             "lora_rank": self.lora.rank, "lora_alpha": self.lora.alpha,

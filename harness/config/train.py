@@ -12,7 +12,6 @@ from typing import Any
 
 from omegaconf import MISSING
 
-import success_detectors
 from harness import curriculum as curricula
 from harness.config.adr import AdrConfig
 from harness.config.algos import AlgoConfig
@@ -21,10 +20,9 @@ from harness.config.errors import ConfigError, check
 from harness.config.policy import POLICIES_BY_FAMILY, POLICY_OBS_KEY, PolicyConfig
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.demos import MAX_TRIES_PER_DEMO
-from harness.policies import resolve_device
-from success_detectors.refresh import LABELS as REFRESH_LABELS
 
 REWARDS: tuple[str, ...] = ("auto", "dense", "verifier")
+REFRESH_LABELS: tuple[str, ...] = ("claimed", "all")  # success_detectors.refresh reads the label
 # Seeds of the start states of group-trainer iterations: (seed + 1) * TRAIN_SEED_STRIDE + counter.
 TRAIN_SEED_STRIDE = 10_000_000
 MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
@@ -259,6 +257,7 @@ class TrainConfig:
     torch_threads: int = 1
 
     def __post_init__(self) -> None:
+        from harness.policies import resolve_device  # imports torch: here, not at import
         for name, value in _numbers(self):
             check(math.isfinite(value), f"{name}={value}; must be a finite number")
         check(self.total_timesteps >= 1, f"total_timesteps={self.total_timesteps}; must be >= 1")
@@ -309,6 +308,7 @@ class TrainConfig:
         self.adr.check(self.task.name, self.task.imperfections)
 
     def _check_detector(self) -> None:
+        import success_detectors  # imports torch: here, not at import
         check(bool(self.detector.get("name")),
               f"reward=verifier needs a detector with a name (e.g. detector=scripted); "
               f"got detector={self.detector}")
