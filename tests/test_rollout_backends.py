@@ -188,6 +188,27 @@ def test_a_ray_address_that_answers_but_cannot_be_joined_is_refused_before_the_r
     assert not (tmp_path / "run").exists()
 
 
+def test_a_joined_cluster_too_small_for_the_workers_is_refused_before_the_run_directory(
+        tmp_path, monkeypatch):
+    """Joined in the pre-flight checks, a cluster whose CPUs cannot hold ``algo.workers`` actors
+    stops the run before its directory exists, and the driver leaves the cluster."""
+    ray = pytest.importorskip("ray")
+    left = []
+    monkeypatch.setattr(ray, "init", lambda address, **options: None)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
+    monkeypatch.setattr(ray, "shutdown", lambda: left.append(True))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        config = harness_config.compose(
+            [*FAST, "algo.rollout.backend=ray", f"algo.rollout.ray_address={address}",
+             "algo.workers=3", "algo.rollout.cpus_per_worker=1"])
+        with pytest.raises(ConfigError, match="algo.workers=3 .* asks for 3 CPUs.* has 2"):
+            trainers.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    assert left == [True]
+
+
 def test_a_resource_request_no_node_can_hold_is_refused():
     pytest.importorskip("ray")
     _, _, args = _jobs()

@@ -176,9 +176,9 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
 # ------------------------------------------------------------------------------- the loop
 def preflight(cfg) -> None:
     """Checks that need more than the config, before the run directory is touched: the Ray
-    cluster of ``algo.rollout.backend=ray`` joined (when an address is given), the device's
-    dtypes."""
-    ray_cluster.preflight(cfg.algo.rollout)
+    cluster of ``algo.rollout.backend=ray`` joined and large enough (when an address is given),
+    the device's dtypes."""
+    ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
     if hasattr(cfg.policy, "check_device"):  # hf_vla: bfloat16 only where the device has it
         cfg.policy.check_device(resolve_device(cfg.device))
 

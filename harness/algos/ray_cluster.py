@@ -91,11 +91,12 @@ def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
                           f"has {total_cpus:g} and {total_gpus:g}")
 
 
-def preflight(rollout) -> None:
+def preflight(rollout, workers: int) -> None:
     """What can be checked of ``algo.rollout`` before a run starts: Ray installed and, with an
-    address, its cluster joined, so that a cluster that does not answer, or refuses this driver,
-    stops the run before its directory is written. A local Ray (``ray_address: null``) is left
-    for the pool to start, and resources are checked once connected, by :class:`RayPool`.
+    address, its cluster joined and holding ``workers`` times ``cpus_per_worker`` CPUs, so that
+    a cluster that does not answer, refuses this driver or is too small stops the run before
+    its directory is written. A local Ray (``ray_address: null``) is left for the pool to start;
+    GPUs, which only the ``per_worker`` mode asks of the actors, are checked by the pool.
 
     Raises:
         ConfigError: Naming the setting.
@@ -105,3 +106,8 @@ def preflight(rollout) -> None:
     ray = _import_ray()
     if rollout.ray_address is not None and not ray.is_initialized():
         _join(ray, rollout.ray_address)
+        try:
+            check_ray_resources(workers, rollout.cpus_per_worker, 0.0)
+        except ConfigError:
+            ray.shutdown()  # leaves the cluster; it stops nothing of it
+            raise
