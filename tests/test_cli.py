@@ -25,6 +25,14 @@ TINY_TRAIN = ("task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "alg
               "eval.final_episodes=2", "eval.every_steps=0", "logger=none")
 
 
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` from the repository root; it must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def run(script: str, *args: str, check: bool = True,
         python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``python [python_flags] scripts/<script>.py args...`` from the repository root."""
@@ -97,9 +105,7 @@ def test_train_help_builds_no_group_list_its_template_does_not_show():
             "atexit.register(lambda: print('group lists built:', len(built), file=sys.stderr))\n"
             "sys.argv = ['scripts/train.py', '--help']\n"
             "runpy.run_path('scripts/train.py', run_name='__main__')\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(code)
     assert "group lists built: 0" in done.stderr
     assert done.stdout == help_text("train")
 
@@ -192,6 +198,4 @@ def test_importing_harness_registers_the_gymnasium_ids():
             "gymnasium.make('harness/Push-v0').reset(seed=0)\n"
             "envs = gymnasium.make_vec('harness/Reach-v0', num_envs=2)\n"
             "assert envs.reset(seed=0)[0]['state'].shape[0] == 2\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_python(code)
