@@ -25,9 +25,33 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from harness.bc import pretrain_bc, random_shift, split_by_episode
-from harness.policies import TokenPolicy, obs_to_batch, resolve_device
+from harness.policies import TokenPolicy, obs_to_batch, resolve_device, save_policy
 
 NAMED_DEMO_OPTIONS: tuple[str, ...] = ("obs_mode", "camera", "image_size", "max_episode_steps")
+START_POLICY_FILE = "start_policy.pt"
+
+
+def keep_start_policy(policy: TokenPolicy, run_dir: str | os.PathLike,
+                      init_policy: str | None = None) -> str | None:
+    """Where a run's start policy can be loaded from by ``algo.init_policy`` of another run.
+
+    Cloning the start of a pixel run (state pretraining, then BC) takes minutes and gives the
+    same weights for the same seed and settings, so the arms of an ablation can share it: a
+    cloned or fresh start is written to ``<run_dir>/start_policy.pt``
+    (:func:`harness.policies.save_policy`); a run that loaded ``init_policy`` names that file.
+    A run started from the saved file plays exactly the run that wrote it.
+
+    Returns:
+        The file, or ``None`` for a policy that ``save_policy`` cannot write (``hf_vla``,
+        which saves transformers folders with its checkpoints instead).
+    """
+    if init_policy:
+        return str(init_policy)
+    if hasattr(policy, "save_pretrained"):
+        return None
+    path = Path(run_dir) / START_POLICY_FILE
+    save_policy(path, policy)
+    return str(path)
 
 
 def pretrain_state_features(

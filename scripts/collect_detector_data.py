@@ -18,13 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 from common.cli import lazy_help_sections
-from success_detectors import data
 
 lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="collect_detector_data", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # Here, not at the top: torch and the detectors load only for a run (not for --help).
+    from success_detectors import data
+
     options = OmegaConf.to_container(cfg, resolve=True)
     out, task = options.pop("out"), options.pop("task")
     config = data.CollectConfig(task=task["name"], camera=task["camera"],

@@ -28,7 +28,6 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from common.cli import lazy_help_sections, run_app
 from common.files import atomic_write_text, to_json
-from harness.deploy import ExportedPolicy, deploy
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -75,6 +74,9 @@ lazy_help_sections()  # --help builds only what its template shows
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="deploy_policy")
 def deploy_policy(cfg: DictConfig) -> None:
     """Play ``cfg.episodes`` greedy episodes with ``cfg.model``; print success and latency."""
+    # Here, not at the top: onnxruntime and the simulator load only for a run (not for --help).
+    from harness.deploy import ExportedPolicy, deploy
+
     try:
         args = OmegaConf.to_object(cfg)
     except MissingMandatoryValue:

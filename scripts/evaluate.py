@@ -33,9 +33,6 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from common.cli import lazy_help_sections, run_app
 from common.files import atomic_write_text, to_json
-from harness.checkpoints import DOMAIN_BLOCKS, evaluate_checkpoint
-from harness.policies import resolve_device
-from harness.runs import CheckpointError, write_video
 
 # Absolute, so that the app also finds its configs when this file is imported under another name.
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -62,6 +59,10 @@ class EvaluateConfig:
     imperfections: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # The harness is imported where it is used (here, blocks(), evaluate()): composing
+        # the config (--help, --cfg job) loads neither torch nor the trainers.
+        from harness.policies import resolve_device
+
         if self.episodes < 1:
             raise ValueError(f"episodes={self.episodes}; must be >= 1")
         if self.video_episodes < (1 if self.video else 0):
@@ -79,6 +80,8 @@ class EvaluateConfig:
 
     def blocks(self) -> dict[str, dict[str, Any]] | None:
         """The blocks that replace the training run's (``None``: it is evaluated as trained)."""
+        from harness.checkpoints import DOMAIN_BLOCKS
+
         blocks = {name: {} for name in DOMAIN_BLOCKS} if self.domain == "nominal" else {}
         blocks.update({name: dict(getattr(self, name)) for name in DOMAIN_BLOCKS
                        if getattr(self, name)})
@@ -100,6 +103,9 @@ lazy_help_sections()  # --help builds only what its template shows
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="evaluate")
 def evaluate(cfg: DictConfig) -> None:
     """Evaluate ``cfg.checkpoint``, print the table, write the video and the results file."""
+    from harness.checkpoints import evaluate_checkpoint
+    from harness.runs import CheckpointError, write_video
+
     try:
         args = OmegaConf.to_object(cfg)
     except MissingMandatoryValue:

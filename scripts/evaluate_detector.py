@@ -27,19 +27,21 @@ from rich.table import Table
 
 from common.cli import lazy_help_sections
 from common.files import write_json
-from success_detectors import load_detector
-from success_detectors.evaluation import (
-    DROP_KEYS,
-    evaluate_on_file,
-    metric_drops,
-    threshold_on_file,
-)
 
 lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="evaluate_detector", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # Here, not at the top: torch and the detectors load only for a run (not for --help).
+    from success_detectors import load_detector
+    from success_detectors.evaluation import (
+        DROP_KEYS,
+        evaluate_on_file,
+        metric_drops,
+        threshold_on_file,
+    )
+
     if not cfg.data:
         raise ValueError("data=[...] is empty; give at least one detector data file")
     detector = load_detector(cfg.checkpoint, threshold=cfg.threshold)

@@ -21,21 +21,18 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-import tasks
 from common.cli import lazy_help_sections, run_app
 from common.files import atomic_write, sha256_of
-from harness.algos.group import read_checkpoint
-from harness.config import GROUP_ALGOS, SB3_ALGOS
-from harness.export import export_onnx, sample_observations
-from harness.policies import TokenPolicy, TokenPolicyConfig, build_policy, obs_shapes_from_space
-from harness.runs import CheckpointError, resolve_checkpoint
+
+if TYPE_CHECKING:
+    from harness.policies import TokenPolicy
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 FORMATS = ("onnx",)
@@ -80,6 +77,13 @@ def load_token_policy(checkpoint: str, reference: bool = False
         ValueError: A checkpoint of another algorithm, or a policy that cannot be rebuilt (an
             unknown kind, weights that do not fit); the message names the value.
     """
+    # Here and in export_policy(), not at the top: torch and the harness load only for an
+    # export (not for --help, --cfg job).
+    from harness.algos.group import read_checkpoint
+    from harness.config import GROUP_ALGOS, SB3_ALGOS
+    from harness.policies import TokenPolicyConfig, build_policy
+    from harness.runs import resolve_checkpoint
+
     path, metadata = resolve_checkpoint(checkpoint)
     algo = metadata["algo"]
     if algo not in GROUP_ALGOS:
@@ -104,6 +108,11 @@ lazy_help_sections()  # --help builds only what its template shows
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export_policy")
 def export_policy(cfg: DictConfig) -> None:
     """Export ``cfg.checkpoint``'s policy to ``cfg.out``, checked against the torch policy."""
+    import tasks
+    from harness.export import export_onnx, sample_observations
+    from harness.policies import obs_shapes_from_space
+    from harness.runs import CheckpointError
+
     try:
         args = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as error:

@@ -22,22 +22,29 @@ from rich.console import Console
 from rich.table import Table
 
 from common.cli import lazy_help_sections
-from harness.checkpoints import load_policy
-from harness.runs import resolve_checkpoint
-from success_detectors.mining import COUNTS, MineConfig, mine_round
+from harness import config as harness_config
 
 
 def load_run_policy(policy_run: str):
     """``(task, task options, greedy policy function)`` of a trained run's checkpoint."""
+    from harness.checkpoints import load_policy
+    from harness.runs import resolve_checkpoint
+
     path, metadata = resolve_checkpoint(policy_run)
     return metadata["task"], metadata["task_options"], load_policy(path, metadata)
 
 
+# --help lists the ConfigStore's groups: the training app's schema/ groups stay among them,
+# as when the trainers were imported here (harness.config, unlike them, loads no torch).
+harness_config.register_configs()
 lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="mine_hard_negatives", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # Here, not at the top: torch, the detectors and the trainers load only for a run.
+    from success_detectors.mining import COUNTS, MineConfig, mine_round
+
     config = MineConfig(**OmegaConf.to_container(cfg, resolve=True))
     start = time.perf_counter()
     result, out = mine_round(config, policy_loader=load_run_policy)

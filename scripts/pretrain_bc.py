@@ -23,17 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import lazy_help_sections
 from common.files import atomic_write_text
-from harness.bc import evaluate_policy, pretrain_bc
 from harness.config import PolicyConfig
 from harness.demos import load_demos, rebuild_env
-from harness.policies import KINDS, make, save_policy
 
 HELD_OUT_SEED_OFFSET = 10_000
 
@@ -69,6 +66,10 @@ class PretrainBCConfig:
     out: str = "outputs/bc/push_tiny_vla.pt"
 
     def __post_init__(self) -> None:
+        # Here and in main(), not at the top: composing the config (--help, --cfg job)
+        # loads no torch.
+        from harness.policies import KINDS
+
         if self.policy.name not in KINDS:
             raise ValueError(f"policy={self.policy.name!r}: behaviour cloning trains token "
                              f"policies; choose one of {KINDS}")
@@ -91,6 +92,11 @@ lazy_help_sections()  # --help builds only what its template shows
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="pretrain_bc")
 def main(cfg: DictConfig) -> None:
+    import torch
+
+    from harness.bc import evaluate_policy, pretrain_bc
+    from harness.policies import make, save_policy
+
     try:
         config = OmegaConf.to_object(cfg)
         demos = load_demos(config.demos)

@@ -19,13 +19,15 @@ from rich.console import Console
 from rich.table import Table
 
 from common.cli import lazy_help_sections
-from success_detectors.training import TrainDetectorConfig, train_detector
 
 lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(config_path="../conf", config_name="train_detector", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # Here, not at the top: torch and the detectors load only for a run (not for --help).
+    from success_detectors.training import TrainDetectorConfig, train_detector
+
     options = OmegaConf.to_container(cfg, resolve=True)
     task = options.pop("task", None)
     if task is not None:  # the task group says what the frames show

@@ -14,6 +14,10 @@ choose_gl_backend()  # MuJoCo reads MUJOCO_GL at import: choose before anything 
 
 import logging  # noqa: E402
 
+# PyOpenGL, which mujoco imports, logs at INFO that its optional accelerator is missing: noise in
+# the log of an app that imports the tasks after logging is set up (a Hydra task function).
+logging.getLogger("OpenGL.acceleratesupport").setLevel(logging.WARNING)
+
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 

@@ -146,7 +146,7 @@ def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
         policy.fit_normalizer({"state": torch.zeros(1, 22)})
 
 
-def test_bad_options_are_refused_by_name():
+def test_bad_options_are_refused_by_name(tmp_path):
     base = ["task=push", "algo=grpo", "policy=mlp"]
     with pytest.raises(ConfigError, match="algo.bc_noise=-0.1; must be >= 0"):
         harness_config.compose([*base, "algo.bc_noise=-0.1"])
@@ -162,6 +162,12 @@ def test_bad_options_are_refused_by_name():
             harness_config.compose([*base, f"algo.{key}={value}"])
     cfg = harness_config.compose([*base, "policy.normalize_state=true", "algo.bc_noise=0.5",
                                   "algo.bc_demos=5"])
+    with pytest.raises(ConfigError, match="algo.init_policy='missing.pt': no such file"):
+        harness_config.compose([*base, "algo.init_policy=missing.pt"])
+    # an arm loading another arm's saved start keeps the experiment's (unused) BC options
+    (tmp_path / "start_policy.pt").write_bytes(b"")
+    harness_config.compose([*base, "algo.bc_noise=0.5", "algo.bc_demos=5",
+                            f"algo.init_policy={tmp_path / 'start_policy.pt'}"])
     assert cfg.policy.token_policy_config().normalize_state and cfg.algo.bc_noise == 0.5
     # today's recipe unless switched on: BC shifts pixels by up to 4, pretraining does not
     assert (cfg.algo.bc_shift_pad, cfg.algo.state_pretrain_shift_pad) == (4, 0)

@@ -83,6 +83,28 @@ def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak
         assert "train/value_loss" in metrics
 
 
+def test_a_run_started_from_the_saved_start_policy_plays_the_same_run(tmp_path, monkeypatch):
+    """A cloned start is kept as ``start_policy.pt``; an ablation arm that loads it through
+    ``algo.init_policy`` skips the cloning and plays exactly the run that wrote it."""
+    monkeypatch.chdir(tmp_path)  # the demo cache (data/demos) lands here
+    cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.bc_demos=3",
+                          "algo.bc_epochs=10")
+    saved = tmp_path / "cloned" / "start_policy.pt"
+    assert cloned["start_policy"] == str(saved) and saved.is_file()
+    reused, second = train(tmp_path, "reused", "algo.iterations=2", f"algo.init_policy={saved}")
+    assert reused["start_policy"] == str(saved)
+    assert not (tmp_path / "reused" / "start_policy.pt").exists()
+    assert "bc/train_loss" in first and "bc/train_loss" not in second  # no second cloning
+    assert sum(v for _, v in first["train/gradient_steps"]) > 0  # the policy did move
+    assert cloned["start_success_rate"] > 0  # a start that succeeds sometimes, not all zeros
+    for key in ("start_success_rate", "success_rate", "sampled_success_rate", "env_steps"):
+        assert reused[key] == cloned[key], key
+    assert reused["improvement"] == cloned["improvement"]
+    for key in second:
+        if not key.startswith("time/"):
+            assert second[key] == first[key], key
+
+
 def test_resume_continues_the_iteration_count(tmp_path):
     train(tmp_path, "run", "algo.iterations=2")
     first = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())

@@ -62,7 +62,7 @@ from harness.policies import (
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import CheckpointError
-from harness.start_policy import cloned_start_policy
+from harness.start_policy import cloned_start_policy, keep_start_policy
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ def train(cfg, run) -> dict[str, Any]:
         policy = _policy_from_checkpoint(resume_state)
     else:
         policy, start = _initial_policy(cfg, probe.observation_space, device)
+        start["start_policy"] = keep_start_policy(policy, run.dir, algo.init_policy)
     trainer = GroupTrainer(cfg, policy, device)
     trainer.max_tokens = probe.max_episode_steps * policy.config.action_dim
     curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed, **cfg.curriculum_params())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
@@ -230,8 +231,9 @@ class GroupAlgoConfig(AlgoConfig):
         iterations: Outer iterations (sample, score, update); ``total_timesteps`` also stops.
         workers: Rollout workers (processes or Ray actors, ``rollout.backend``).
         rollout: Where the workers run (:class:`RolloutConfig`).
-        init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy) to start from;
-            it is also the KL reference. ``None`` starts from fresh weights (or from BC, below).
+        init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy, or another
+            run's ``start_policy.pt``) to start from; it is also the KL reference, and the
+            ``bc_*`` options are unused. ``None`` starts from fresh weights (or from BC, below).
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
             many scripted-expert demos at ``task.difficulty`` (demos cached under ``data/demos``).
         bc_dataset: Without ``init_policy``: a LeRobotDataset v3.0 folder (e.g. written by
@@ -347,9 +349,14 @@ class GroupAlgoConfig(AlgoConfig):
                   f"algo.{key}={getattr(self, key)}; must be >= 0 (a shift in pixels)")
         check(self.bc_noise >= 0, f"algo.bc_noise={self.bc_noise}; must be >= 0 (a standard "
                                   "deviation in action units)")
-        check(self.bc_noise == 0 or (self.bc_demos > 0 and not self.init_policy),
+        check(not self.init_policy or Path(self.init_policy).is_file(),
+              f"algo.init_policy={self.init_policy!r}: no such file (a policy written by "
+              "harness.policies.save_policy, e.g. a run's start_policy.pt)")
+        # With init_policy every bc_* option is unused, so that an experiment's arm can load
+        # another arm's saved start (harness.start_policy.keep_start_policy).
+        check(self.bc_noise == 0 or self.bc_demos > 0,
               f"algo.bc_noise={self.bc_noise} shapes the demos that algo.bc_demos records; it "
-              f"needs algo.bc_demos > 0 (not {self.bc_demos}) and no algo.init_policy")
+              f"needs algo.bc_demos > 0 (not {self.bc_demos})")
         for key in ("bc_epochs", "state_pretrain_epochs"):
             check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,
