@@ -4,7 +4,8 @@ Prints and writes JSON:
 - attempts/s and env steps/s of group rollouts with 1 and 2 worker processes (their ratio is
   the scaling), the same jobs restored from the same snapshots;
 - policy-update tokens/s (one epoch of GRPO minibatch updates on those rollouts), with the
-  whole network trained and with the image encoder frozen (``algo.freeze_encoder``);
+  whole network trained, with the image encoder frozen (``algo.freeze_encoder``), and frozen
+  with the image features the rollout workers send (what the trainer does);
 - the share of an iteration spent rendering, stepping physics, running the policy and updating.
   Rendering is separated from physics by rolling the same jobs out once more with state
   observations (no camera): rendering = pixel env time - state env time.
@@ -115,6 +116,20 @@ def main(argv: list[str] | None = None) -> dict:
                                         "speedup": update_s / frozen_s}
     print(f"  update with the encoder frozen: {tokens / frozen_s:7.0f} tokens/s "
           f"({update_s / frozen_s:.1f}x)")
+    # ... and as the trainer runs it: the workers send the features they sampled from, so the
+    # update encodes nothing (the same attempts and the same update, to the last bit).
+    pool = ProcessPool(2, ("push", options, spec, -(-attempts // 2), None, 0, True))
+    featured = pool.run(policy, jobs, 1.0, seed=1)
+    pool.close()
+    sent = GroupTrainer(frozen_config, policy)
+    sent.max_tokens = trainer.max_tokens
+    start = time.perf_counter()
+    sent.update(featured, rewards, sent.advantages(featured, rewards), keep)
+    sent_s = time.perf_counter() - start
+    results["update_frozen_encoder_features_sent"] = {
+        "seconds": sent_s, "tokens_per_s": tokens / sent_s, "speedup": update_s / sent_s}
+    print(f"  ... with the workers' features: {tokens / sent_s:7.0f} tokens/s "
+          f"({update_s / sent_s:.1f}x)")
 
     total = one["env_s"] + one["policy_s"] + update_s
     shares = {"rendering": rendering / total, "physics_and_env": physics / total,

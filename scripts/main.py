@@ -7,7 +7,7 @@ With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction
    (``harness.start_policy.pretrain_state_features``), then behaviour-clone it on the action tokens;
 3. evaluate the BC policy on held-out seeds;
 4. fine-tune it with GRPO (``harness.algos.group``) for ``algo.iterations`` iterations (about
-   20 minutes on 2 idle cores; ``max_minutes`` is only a guard, and ``summary.json`` says
+   25 minutes on 2 idle cores; ``max_minutes`` is only a guard, and ``summary.json`` says
    whether it cut the run short); the BC weights are also the KL reference, and the image
    encoder stays as BC left it (``algo.freeze_encoder``), which makes each update several
    times cheaper;

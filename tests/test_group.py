@@ -225,6 +225,53 @@ def test_frozen_encoder_needs_an_image_policy(tmp_path):
         train(tmp_path, "bad", "algo.freeze_encoder=true", "algo.iterations=1")
 
 
+def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
+    """With the encoder frozen the rollout workers send the image features they sampled from
+    instead of the frames: the same attempts, features equal to encoding the frames afterwards
+    to the last bit, and the very same update."""
+    import copy
+
+    import tasks
+    from harness.algos.group_update import GroupTrainer
+    from harness.algos.rollouts import RolloutEngine
+    from harness.policies import make
+
+    config = harness_config.compose([*FAST, *PIXELS, "algo.freeze_encoder=true",
+                                     "algo.group_size=4", "algo.num_start_states=3"])
+    options = config.task.env_options()
+    torch.manual_seed(0)
+    env = tasks.make("reach", **options)
+    policy = make(config.policy.token_policy_config(), env.observation_space)
+    starts = tasks.make("reach", **{**options, "obs_mode": "state"})
+    jobs = []
+    for group in range(3):
+        starts.reset(seed=group, options={"difficulty": 0.1})
+        jobs += [(starts.snapshot(), group, 0.1)] * 4
+    spec = (policy.config, policy.obs_shapes)
+    frames, features = (
+        RolloutEngine("reach", options, spec, 5, None, 0, keep).run(
+            policy.state_dict(), jobs, 1.0, seed=(7, 1))
+        for keep in (False, True))
+    assert np.array_equal(frames.tokens, features.tokens)
+    assert np.array_equal(frames.lengths, features.lengths)
+    assert np.array_equal(frames.success, features.success)
+    assert "pixels" not in features.obs and set(frames.obs) - {"pixels"} < set(features.obs)
+    with torch.no_grad():
+        encoded = policy.encode_image(torch.as_tensor(frames.obs["pixels"])).numpy()
+    assert np.array_equal(features.obs["image_features"], encoded)
+
+    after = []
+    for rollout in (frames, features):
+        trainer = GroupTrainer(config, copy.deepcopy(policy))
+        trainer.max_tokens = 10 * policy.config.action_dim
+        rewards = (np.arange(len(jobs)) % 2).astype(np.float32)  # every group carries signal
+        trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
+                       np.ones(3, dtype=bool))
+        after.append(trainer.policy.state_dict())
+    assert all(torch.equal(after[0][k], after[1][k]) for k in after[0])
+    assert any(not torch.equal(after[0][k], policy.state_dict()[k]) for k in after[0])
+
+
 def test_resume_with_another_freeze_encoder_names_it(tmp_path):
     train(tmp_path, "run", *PIXELS, "algo.iterations=1")
     with pytest.raises(ValueError, match="freeze_encoder"):

@@ -260,7 +260,8 @@ def train(cfg, run) -> dict[str, Any]:
     pool = pools.make_pool(algo.rollout, algo.workers,
                            (cfg.task.name, task_options, (policy.config, policy.obs_shapes),
                             envs_per_worker, verifier_view,
-                            algo.replay_every if starts.replay_wanted else 0))
+                            algo.replay_every if starts.replay_wanted else 0,
+                            trainer.freeze_encoder))
     eval_difficulties = list(cfg.eval.difficulties) or [cfg.task.difficulty]
 
     def env_factory(render: bool = False):

@@ -185,7 +185,10 @@ class GroupTrainer:
         return result
 
     def _with_image_features(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks."""
+        """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks;
+        as it is when the rollout workers already sent the features they sampled from."""
+        if "image_features" in obs:
+            return obs
         pixels, chunk = obs["pixels"], 1024
         features = torch.cat([self.policy.encode_image(pixels[i:i + chunk])
                               for i in range(0, len(pixels), chunk)])

@@ -328,11 +328,13 @@ def make_pool(rollout, workers: int, engine_args: tuple):
         rollout: The rollout settings.
         workers: Rollout workers.
         engine_args: ``(task, task_options, (policy config, obs shapes), num_envs,
-            verifier_view[, capture_every])`` (:class:`RolloutEngine`'s first arguments).
+            verifier_view[, capture_every[, image_features]])`` (:class:`RolloutEngine`'s
+            first arguments). The batched mode keeps no image features: its policy runs in
+            the learner, which encodes the frames again if its encoder is frozen.
     """
     if rollout_mode(rollout, engine_args[2][0].kind) == "batched":
         task, options, _, num_envs, *rest = engine_args
-        return BatchedPool(workers, (task, options, num_envs, *rest), rollout.backend,
+        return BatchedPool(workers, (task, options, num_envs, *rest[:2]), rollout.backend,
                            rollout.ray_address, rollout.cpus_per_worker,
                            rollout.max_worker_restarts)
     if rollout.backend == "ray":

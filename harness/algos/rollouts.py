@@ -214,14 +214,20 @@ class PolicyActor:
             ``SeedSequence([*seed, keys[p]])``.
         keys: The index of each position among all the jobs of the call (a worker playing a
             slice gets the slice's indices); default the position itself.
+        image_features: Keep the image features each call computed
+            (:meth:`~harness.policies.TinyVLA.encode_image`) in :attr:`features`, for an update
+            whose encoder is frozen (``algo.freeze_encoder``): it then reads the very features
+            the attempts were sampled from instead of encoding every frame again.
     """
 
     def __init__(self, policy: TokenPolicy, temperature: float, seed,
-                 keys: Sequence[int] | None = None) -> None:
+                 keys: Sequence[int] | None = None, image_features: bool = False) -> None:
         self.policy = policy
         self.temperature = temperature
         self.base = [int(seed)] if np.isscalar(seed) else [int(s) for s in seed]
         self.keys = None if keys is None else [int(k) for k in keys]
+        self.image_features = image_features
+        self.features: dict[int, np.ndarray] = {}  # the last call's, by job index
         self.generators: dict[int, np.random.Generator] = {}
         self.time = 0.0
 
@@ -243,6 +249,11 @@ class PolicyActor:
         batch = obs_to_batch(rows + rows[:1] * pad, device=device)
         uniforms = np.concatenate([uniforms, np.repeat(uniforms[:1], pad, axis=0)])
         with torch.no_grad():
+            if self.image_features:  # what act() would compute from the pixels, kept
+                features = self.policy.encode_image(batch.pop("pixels"))
+                batch["image_features"] = features
+                features = features[: len(indices)].cpu().numpy()
+                self.features = {i: features[row] for row, i in enumerate(indices)}
             tokens, actions = self.policy.act(batch, temperature=self.temperature,
                                               uniforms=torch.from_numpy(uniforms))
         tokens = tokens[: len(indices)].cpu().numpy()
@@ -260,7 +271,9 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     A host is anything with ``begin(jobs, indices)`` and ``step(actions)`` answering as
     :class:`EnvHost` does, either directly or, for a remote host, as the pair
     ``send_*``/``receive`` (all hosts step at once, then all are read). Attempts return in job
-    order.
+    order. With an ``actor`` that keeps image features, the observations carry them as
+    ``image_features`` in place of ``pixels`` (a frame is 84x84x3 bytes, its features 64
+    floats).
     """
     records: dict[int, dict[str, Any]] = {}
 
@@ -281,6 +294,10 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
         tokens, actions = actor(latest)
         for index, token in tokens.items():
             records[index]["tokens"].append(token)
+            if actor.image_features:
+                records[index]["obs"][-1] = {
+                    **{k: v for k, v in latest[index].items() if k != "pixels"},
+                    "image_features": actor.features[index]}
         for h in used:
             hosts[h].send_step({i: a for i, a in actions.items() if active[i] == h})
         for h in used:
@@ -341,16 +358,20 @@ class RolloutEngine:
         num_envs: Environments stepped together (one batched policy call per step).
         verifier_view: ``(camera, size)`` of the frame an image detector reads, or ``None``.
         capture_every: See :class:`EnvHost`.
+        image_features: Return the frozen encoder's features in place of the pixels
+            (:class:`PolicyActor`).
         device: Where the local policy copy runs.
     """
 
     def __init__(self, task: str, task_options: dict[str, Any], policy_spec: tuple,
                  num_envs: int, verifier_view: tuple[str, int] | None = None,
-                 capture_every: int = 0, device: str = "cpu") -> None:
+                 capture_every: int = 0, image_features: bool = False,
+                 device: str = "cpu") -> None:
         torch.set_flush_denormal(True)  # see harness.algos.group.train
         self.host = EnvHost(task, task_options, num_envs, verifier_view, capture_every)
         self.policy = build_policy(*policy_spec).to(torch.device(device))
         self.policy.eval()
+        self.image_features = bool(image_features)
 
     def run(self, state_dict: dict[str, torch.Tensor] | None, jobs: list[tuple],
             temperature: float, seed: int | Sequence[int],
@@ -367,7 +388,8 @@ class RolloutEngine:
         """
         if state_dict is not None:
             self.policy.load_state_dict(state_dict)
-        actor = PolicyActor(self.policy, temperature, seed, keys=indices)
+        actor = PolicyActor(self.policy, temperature, seed, keys=indices,
+                            image_features=self.image_features)
         return play(actor, [LocalHost(self.host)], [range(len(jobs))], jobs,
                     self.host.verifier_view is not None, self.host.capture_every > 0)
 
