@@ -387,6 +387,29 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def machine_info() -> dict[str, Any]:
+    """The processor a result was computed on: its model, the vector instructions PyTorch's
+    CPU kernels use (``AVX2``, ``AVX512``...), its cores, and the operating system.
+
+    Floating-point kernels differ with the instruction set, so the same seed can train other
+    weights on another processor type (docs/results.md, "Reproducing a figure"); the summary
+    names the machine so that two runs can be told apart.
+    """
+    import torch
+
+    model = platform.processor() or None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cores": os.cpu_count(), "platform": platform.platform()}
+
+
 def git_commit() -> dict[str, Any]:
     """``{"commit": sha or None, "dirty": bool or None}`` of the checkout holding this package."""
     root = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.algos import group, sb3
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
-from harness.runs import Run, git_commit, package_versions
+from harness.runs import Run, git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             "wall_clock_s": round(wall_clock, 3),
             "fps": round(env_steps / wall_clock, 1) if wall_clock > 0 else None,
             "versions": package_versions(),
+            "machine": machine_info(),
             "git": git_commit(),
             "run_dir": str(run.dir.resolve()),
         }

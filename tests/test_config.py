@@ -285,14 +285,15 @@ def test_each_experiment_file_composes_and_validates(experiment):
 
 
 def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
-    """docs/results.md's pixel push figures: 200 DART demos, 4 instruction keypoints, 110 GRPO
-    iterations from resets on fast physics (the control only changes ``algo.start_states``)."""
+    """docs/results.md's pixel push figures: 200 DART demos, 4 instruction keypoints, 150 GRPO
+    iterations from resets on fast physics (the control only changes ``algo.start_states``; the
+    110-iteration rows name ``algo.iterations=110``)."""
     config = compose(["+experiment=push_full_pixels"])
     algo = config.algo
     assert (config.task.obs_mode, config.task.difficulty, config.task.physics) == \
         ("pixels", 1.0, "fast")
     assert config.policy.token_policy_config().instruction_keypoints == 4
     assert (algo.bc_demos, algo.bc_epochs, algo.bc_lr, algo.bc_noise) == (200, 15, 1e-3, 0.5)
-    assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 110, 1e-3)
+    assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
     control = compose(["+experiment=push_full_pixels", "algo.start_states=demo"]).algo
     assert (control.start_states, control.start_demos) == ("demo", 20)

@@ -185,6 +185,66 @@ def test_checkpoint_evaluates_the_fine_tuned_and_the_start_policy(tmp_path, weak
     assert [e.length for e in sampled.episodes] == [e.length for e in again.episodes]
 
 
+@pytest.mark.parametrize("options,workers", [
+    ({"obs_mode": "state", "max_episode_steps": 25}, 2),
+    ({"obs_mode": "state", "max_episode_steps": 25, "imperfections": {
+        "action_noise": 0.2, "action_latency": 1, "observation_noise": 0.01}}, 1),
+    ({"obs_mode": "pixels", "image_size": 32, "max_episode_steps": 12}, 2),
+])
+def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
+        options, workers, weak_bc_policy):
+    """The run's greedy evaluations go through the rollout pool: per episode the same start,
+    success, length and return as :func:`harness.evaluation.evaluate` one episode at a time,
+    imperfection noise included, at two difficulties."""
+    import tasks
+    from harness.algos.collect import evaluate_in_pool
+    from harness.algos.group import _policy_fn
+    from harness.algos.pools import make_pool
+    from harness.evaluation import evaluate
+    from harness.policies import TokenPolicyConfig, load_policy, make
+
+    env = tasks.make("reach", **options)
+    if options["obs_mode"] == "state":
+        policy = load_policy(weak_bc_policy)
+    else:
+        torch.manual_seed(0)
+        policy = make(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4)),
+                      env.observation_space)
+    policy.eval()
+    difficulties = [0.1, 0.6]
+    sequential = evaluate(_policy_fn(policy), lambda: tasks.make("reach", **options), 12,
+                          difficulties, seed=500)
+    config = harness_config.compose([*FAST, f"algo.workers={workers}"])
+    with make_pool(config.algo.rollout, workers,
+                   ("reach", options, (policy.config, policy.obs_shapes), 7, None, 0,
+                    False)) as pool:
+        pooled = evaluate_in_pool(pool, policy, env, 12, difficulties, seed=500)
+        env.reset(seed=500, options={"difficulty": 0.1})
+        greedy = pool.run(policy, [(env.unwrapped.snapshot(), 0, 0.1)] * 3, 0.0, seed=0)
+    env.close()
+    assert greedy.obs == {} and len(greedy.returns) == 3, "a greedy call keeps no frames"
+    assert [(e.difficulty, e.seed) for e in pooled.episodes] == [
+        (e.difficulty, e.seed) for e in sequential.episodes]
+    assert [e.success for e in pooled.episodes] == [e.success for e in sequential.episodes]
+    assert [e.length for e in pooled.episodes] == [e.length for e in sequential.episodes]
+    assert [e.episode_return for e in pooled.episodes] == pytest.approx(
+        [e.episode_return for e in sequential.episodes], rel=1e-12)
+    assert len({round(e.episode_return, 6) for e in pooled.episodes}) > 1, "episodes differ"
+
+
+def test_evaluation_in_the_pool_refuses_an_empty_request(weak_bc_policy):
+    import tasks
+    from harness.algos.collect import evaluate_in_pool
+    from harness.policies import load_policy
+
+    env = tasks.make("reach", obs_mode="state")
+    with pytest.raises(ValueError, match="episodes=0"):
+        evaluate_in_pool(None, load_policy(weak_bc_policy), env, 0, [0.1], seed=0)
+    with pytest.raises(ValueError, match="difficulties is empty"):
+        evaluate_in_pool(None, load_policy(weak_bc_policy), env, 3, [], seed=0)
+    env.close()
+
+
 PIXELS = [
     "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=10", "policy=tiny_vla",
     "policy.hidden=16", "policy.conv_channels=[4,4]", "algo.minibatch_size=12",

@@ -84,6 +84,7 @@ def test_algo_trains_reach_and_writes_every_artifact(algo, tmp_path):
     assert written["env_steps"] >= 1500
     assert written["wall_clock_s"] > 0 and written["fps"] > 0
     assert written["versions"]["stable-baselines3"] and "commit" in written["git"]
+    assert written["machine"]["cpu_capability"] and written["machine"]["cores"] >= 1
 
 
 def test_verifier_reward_logs_the_detector_error_rates(tmp_path):

@@ -229,3 +229,49 @@ def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
         "time/env_s": rollout.timing["env"], "time/policy_s": rollout.timing["policy"],
         **collected.verifier, **where,
     }
+
+
+# ---------------------------------------------------------------------------- evaluation
+def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int):
+    """Greedy evaluation through the rollout pool: :func:`harness.evaluation.evaluate`'s
+    episodes, played in lock-step by the pool's workers with batched policy calls.
+
+    Episode ``j`` at difficulty ``d`` starts from the snapshot of ``env.reset(seed=seed + j,
+    options={"difficulty": d})`` with imperfection noise key 0, which a restore plays exactly
+    as that reset would (docs/tasks.md, tasks/wrappers.py), so the episodes are those of
+    ``evaluate`` with a greedy policy function; only the batching of the policy's calls differs
+    (its last bits can, in principle, turn a near-tie between two tokens).
+
+    Args:
+        pool: A rollout pool (:func:`harness.algos.pools.make_pool`) of the task ``env`` is.
+        policy: The token policy to evaluate (its weights go to the workers).
+        env: An environment of the task under the pool's options, used to make the starts.
+        episodes: Episodes per difficulty.
+        difficulties: Difficulties in [0, 1].
+        seed: Seed of the first episode.
+
+    Returns:
+        A :class:`harness.evaluation.EvaluationResult` without videos.
+
+    Raises:
+        ValueError: ``episodes`` < 1 or no difficulty.
+    """
+    from harness.evaluation import Episode, EvaluationResult
+
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes}; must be >= 1")
+    if not difficulties:
+        raise ValueError("difficulties is empty; give at least one difficulty in [0, 1]")
+    jobs, starts = [], []
+    for difficulty in difficulties:
+        for j in range(episodes):
+            env.reset(seed=seed + j, options={"difficulty": float(difficulty)})
+            jobs.append((env.unwrapped.snapshot(), len(jobs), float(difficulty),
+                         {"noise_key": 0}))
+            starts.append((float(difficulty), seed + j))
+    batch = pool.run(policy, jobs, 0.0, seed)
+    return EvaluationResult([
+        Episode(difficulty, episode_seed, bool(success), int(length), float(total))
+        for (difficulty, episode_seed), success, length, total
+        in zip(starts, batch.success, batch.lengths, batch.returns, strict=True)
+    ])

@@ -44,6 +44,7 @@ from harness.algos.collect import (
     build_detector,
     build_refresher,
     collect_groups,
+    evaluate_in_pool,
     rollout_metrics,
 )
 from harness.algos.group_update import GroupTrainer
@@ -299,9 +300,14 @@ def train(cfg, run) -> dict[str, Any]:
 
     def play(which: TokenPolicy, seed: int, episodes: int, sampled: bool = False,
              videos: int = 0):
-        """Evaluate ``which`` on ``episodes`` seeds from ``seed``; sampling is seeded by ``seed``
-        and leaves the training RNG untouched."""
+        """Evaluate ``which`` on ``episodes`` seeds from ``seed``: greedy through the rollout
+        pool, sampled (seeded by ``seed``, the training RNG untouched) or filmed in this
+        process, one episode after the other."""
         which.eval()
+        if not sampled and not videos:
+            result = evaluate_in_pool(pool, which, probe, episodes, eval_difficulties, seed)
+            which.train()
+            return result
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             result = evaluate(_policy_fn(which, sampled, algo.temperature),
@@ -331,72 +337,74 @@ def train(cfg, run) -> dict[str, Any]:
                desc=f"{algo.name} {cfg.task.name}", disable=not cfg.logger.progress_bar,
                dynamic_ncols=True)
     try:
-        while iteration < algo.iterations and env_steps < cfg.total_timesteps:
-            if guard.expired(env_steps):
-                break
-            t0 = time.perf_counter()
-            collected, start_counter = collect_groups(cfg, pool, trainer, starts, detector,
-                                                      iteration, start_counter, adr=adr)
-            env_steps += int(collected.rollout.lengths.sum())
-            rollout_s = time.perf_counter() - t0
+        try:
+            while iteration < algo.iterations and env_steps < cfg.total_timesteps:
+                if guard.expired(env_steps):
+                    break
+                t0 = time.perf_counter()
+                collected, start_counter = collect_groups(cfg, pool, trainer, starts, detector,
+                                                          iteration, start_counter, adr=adr)
+                env_steps += int(collected.rollout.lengths.sum())
+                rollout_s = time.perf_counter() - t0
 
-            t1 = time.perf_counter()
-            metrics = trainer.update(collected.rollout, collected.rewards, collected.advantages,
-                                     collected.keep)
-            iteration += 1
-            metrics.update({
-                **rollout_metrics(collected, policy.config.action_dim),
-                "time/rollout_s": rollout_s, "time/update_s": time.perf_counter() - t1,
-                "time/iteration": float(iteration),
-                "rollout/worker_restarts": float(pool.restarts),
-                **curriculum.metrics(),
-                **starts.metrics(),
-                **(adr.metrics() if adr is not None else {}),
-            })
-            if refresher is not None:  # label the scored frames; now and then, fine-tune on them
-                rollout = collected.rollout
-                metrics.update(refresher.observe(rollout.final_frames, collected.probabilities,
-                                                 rollout.success, rollout.final_margin))
-                if refresher.due(iteration):
-                    metrics.update(refresher.refresh())
-            if evaluation.due(env_steps):
-                result = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
-                metrics.update(result.metrics("eval"))
-                evaluation.advance(env_steps)
-                if better(result, best):
-                    best = score(result)
-                    save("best", result)
-            run.log(metrics, env_steps)
-            if checkpointing.due(env_steps):
-                checkpointing.advance(env_steps)
-                save("latest")
-            release_free_memory()  # the iteration's batches leave holes glibc would keep
-            bar.update(1)
-            bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
-                            signal=f"{metrics['rollout/signal_fraction']:.2f}",
-                            minutes=f"{run.elapsed() / 60:.1f}")
-        save("latest")
-    finally:
-        bar.close()
+                t1 = time.perf_counter()
+                metrics = trainer.update(collected.rollout, collected.rewards, collected.advantages,
+                                         collected.keep)
+                iteration += 1
+                metrics.update({
+                    **rollout_metrics(collected, policy.config.action_dim),
+                    "time/rollout_s": rollout_s, "time/update_s": time.perf_counter() - t1,
+                    "time/iteration": float(iteration),
+                    "rollout/worker_restarts": float(pool.restarts),
+                    **curriculum.metrics(),
+                    **starts.metrics(),
+                    **(adr.metrics() if adr is not None else {}),
+                })
+                # label the scored frames; now and then, fine-tune on them
+                if refresher is not None:
+                    rollout = collected.rollout
+                    metrics.update(refresher.observe(rollout.final_frames, collected.probabilities,
+                                                     rollout.success, rollout.final_margin))
+                    if refresher.due(iteration):
+                        metrics.update(refresher.refresh())
+                if evaluation.due(env_steps):
+                    result = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
+                    metrics.update(result.metrics("eval"))
+                    evaluation.advance(env_steps)
+                    if better(result, best):
+                        best = score(result)
+                        save("best", result)
+                run.log(metrics, env_steps)
+                if checkpointing.due(env_steps):
+                    checkpointing.advance(env_steps)
+                    save("latest")
+                release_free_memory()  # the iteration's batches leave holes glibc would keep
+                bar.update(1)
+                bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
+                                signal=f"{metrics['rollout/signal_fraction']:.2f}",
+                                minutes=f"{run.elapsed() / 60:.1f}")
+            save("latest")
+        finally:
+            bar.close()
+        # The best checkpoint is chosen on validation seeds only; without periodic evaluations
+        # there is no validation, and the last policy is the best one.
+        if cfg.eval.every_steps:
+            validation = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
+            run.log(validation.metrics("eval"), env_steps)
+            if better(validation, best):
+                best = score(validation)
+                save("best", validation)
+        else:
+            save("best")
+        final, final_sampled = test_both(
+            policy, "final", cfg.eval.video_episodes if cfg.logger.videos else 0)
+        if cfg.logger.videos and final.videos:
+            for i, frames in enumerate(final.videos):
+                run.write_video(f"final_eval_{i}", frames)
+    finally:  # the final evaluations play in the pool too
         pool.close()
         probe.close()
         starts_env.close()
-
-    # The best checkpoint is chosen on validation seeds only; without periodic evaluations
-    # there is no validation, and the last policy is the best one.
-    if cfg.eval.every_steps:
-        validation = play(policy, cfg.eval.validation_seed, cfg.eval.episodes)
-        run.log(validation.metrics("eval"), env_steps)
-        if better(validation, best):
-            best = score(validation)
-            save("best", validation)
-    else:
-        save("best")
-    final, final_sampled = test_both(
-        policy, "final", cfg.eval.video_episodes if cfg.logger.videos else 0)
-    if cfg.logger.videos and final.videos:
-        for i, frames in enumerate(final.videos):
-            run.write_video(f"final_eval_{i}", frames)
     final_outcomes = [e.success for e in final.episodes]
     paired: dict[str, Any] = {}
     if len(start_outcomes) == len(final_outcomes):  # checkpoints from before the pairing lack it

@@ -53,7 +53,7 @@ class RolloutBatch:
     """Attempts of one iteration, steps concatenated attempt by attempt.
 
     Attributes:
-        obs: Observation arrays, ``(N_steps, ...)`` per key.
+        obs: Observation arrays, ``(N_steps, ...)`` per key (none from a greedy call).
         tokens: Action tokens, ``(N_steps, action_dim)`` int64.
         lengths: Steps of each attempt, ``(A,)``; attempt ``i`` owns a contiguous slice.
         success: Ground-truth success at the attempt's end, ``(A,)`` bool.
@@ -66,6 +66,8 @@ class RolloutBatch:
         final_margin: With ``final_frames``: metres outside the success region at each
             attempt's end (``Task.success_margin``; negative inside), for auditing the
             detector's errors; else ``None``.
+        returns: The task reward summed over each attempt's steps, ``(A,)`` (what an
+            evaluation reports as ``mean_return``); ``None`` from older callers.
     """
 
     obs: dict[str, np.ndarray]
@@ -78,6 +80,7 @@ class RolloutBatch:
     timing: dict[str, float]
     closest: list | None = None
     final_margin: np.ndarray | None = None
+    returns: np.ndarray | None = None
 
     @property
     def starts(self) -> np.ndarray:
@@ -99,6 +102,8 @@ class RolloutBatch:
                      else [c for p in parts for c in p.closest]),
             final_margin=(None if parts[0].final_margin is None
                           else np.concatenate([p.final_margin for p in parts])),
+            returns=(None if parts[0].returns is None
+                     else np.concatenate([p.returns for p in parts])),
         )
 
 
@@ -136,6 +141,7 @@ class EnvHost:
         self._pending: list[tuple[int, Any, dict[str, Any]]] = []
         self._active: dict[int, int] = {}  # job index -> env slot
         self._closest: dict[int, tuple[float, Any]] = {}  # job index -> (margin, snapshot)
+        self._returns: dict[int, float] = {}  # job index -> reward so far
 
     def begin(self, jobs: list[tuple], indices: Sequence[int]) -> dict[int, dict]:
         """Queue ``jobs`` (with their indices in the call); the first observation of each
@@ -145,6 +151,7 @@ class EnvHost:
                          for i, job in zip(indices, jobs, strict=True)][::-1]
         self._active = {}
         self._closest = {}
+        self._returns = {}
         started = {}
         for slot in range(len(self.envs)):
             if self._pending:
@@ -154,10 +161,12 @@ class EnvHost:
     def _start(self, slot: int) -> dict[int, dict]:
         index, snapshot, options = self._pending.pop()
         t0 = time.perf_counter()
-        obs, _ = self.envs[slot].reset(options={**options, "snapshot": snapshot,
-                                                "noise_key": index})
+        # each attempt draws its own imperfection noise, unless its job names a key
+        obs, _ = self.envs[slot].reset(options={"noise_key": index, **options,
+                                                "snapshot": snapshot})
         self.env_time += time.perf_counter() - t0
         self._active[index] = slot
+        self._returns[index] = 0.0
         return {index: obs}
 
     def step(self, actions: dict[int, np.ndarray]
@@ -166,15 +175,16 @@ class EnvHost:
 
         Returns:
             ``(observations, finished)``: the next observation of every attempt still running
-            or just started, and ``(success, verifier frame, closest state, final margin)`` of
-            every attempt that ended (the last three ``None`` when not asked for: the frame and
-            margin come with a verifier view).
+            or just started, and ``(success, verifier frame, closest state, final margin,
+            return)`` of every attempt that ended (the frame, state and margin ``None`` when
+            not asked for: the frame and margin come with a verifier view).
         """
         observations, finished = {}, {}
         for index, action in actions.items():
             slot = self._active[index]
             t0 = time.perf_counter()
-            obs, _, terminated, truncated, info = self.envs[slot].step(action)
+            obs, reward, terminated, truncated, info = self.envs[slot].step(action)
+            self._returns[index] += float(reward)
             if terminated or truncated:
                 frame = margin = None
                 if self.verifier_view is not None:
@@ -184,7 +194,8 @@ class EnvHost:
                     margin = float(env.task.success_margin(env))
                 closest = self._closest.pop(index, None)
                 closest = None if closest is None else tasks.snapshot_to_bytes(closest[1])
-                finished[index] = (bool(info["is_success"]), frame, closest, margin)
+                finished[index] = (bool(info["is_success"]), frame, closest, margin,
+                                   self._returns.pop(index))
                 del self._active[index]
                 self.env_time += time.perf_counter() - t0
                 if self._pending:
@@ -209,7 +220,8 @@ class PolicyActor:
 
     Args:
         policy: The policy (on its device).
-        temperature: Sampling temperature.
+        temperature: Sampling temperature; 0 plays the most likely tokens (greedy, as an
+            evaluation does), drawing no random numbers.
         seed: The call's seed; the attempt at position ``p`` samples from
             ``SeedSequence([*seed, keys[p]])``.
         keys: The index of each position among all the jobs of the call (a worker playing a
@@ -236,26 +248,30 @@ class PolicyActor:
         """Tokens and actions for every attempt in ``observations`` (keyed by job index)."""
         t0 = time.perf_counter()
         indices = list(observations)
-        for index in indices:
-            if index not in self.generators:
-                key = index if self.keys is None else self.keys[index]
-                self.generators[index] = attempt_generators(self.base, [key])[0]
         action_dim = self.policy.config.action_dim
-        uniforms = np.stack([self.generators[i].random(action_dim, dtype=np.float32)
-                             for i in indices])
         rows = [observations[i] for i in indices]
         pad = max(0, MIN_POLICY_BATCH - len(rows))
         device = next(self.policy.parameters()).device
         batch = obs_to_batch(rows + rows[:1] * pad, device=device)
-        uniforms = np.concatenate([uniforms, np.repeat(uniforms[:1], pad, axis=0)])
+        if self.temperature != 0:
+            for index in indices:
+                if index not in self.generators:
+                    key = index if self.keys is None else self.keys[index]
+                    self.generators[index] = attempt_generators(self.base, [key])[0]
+            uniforms = np.stack([self.generators[i].random(action_dim, dtype=np.float32)
+                                 for i in indices])
+            uniforms = np.concatenate([uniforms, np.repeat(uniforms[:1], pad, axis=0)])
         with torch.no_grad():
             if self.image_features:  # what act() would compute from the pixels, kept
                 features = self.policy.encode_image(batch.pop("pixels"))
                 batch["image_features"] = features
                 features = features[: len(indices)].cpu().numpy()
                 self.features = {i: features[row] for row, i in enumerate(indices)}
-            tokens, actions = self.policy.act(batch, temperature=self.temperature,
-                                              uniforms=torch.from_numpy(uniforms))
+            if self.temperature == 0:
+                tokens, actions = self.policy.act(batch, deterministic=True)
+            else:
+                tokens, actions = self.policy.act(batch, temperature=self.temperature,
+                                                  uniforms=torch.from_numpy(uniforms))
         tokens = tokens[: len(indices)].cpu().numpy()
         actions = actions[: len(indices)].cpu().numpy()
         self.time += time.perf_counter() - t0
@@ -273,15 +289,22 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     ``send_*``/``receive`` (all hosts step at once, then all are read). Attempts return in job
     order. With an ``actor`` that keeps image features, the observations carry them as
     ``image_features`` in place of ``pixels`` (a frame is 84x84x3 bytes, its features 64
-    floats).
+    floats). A greedy ``actor`` (temperature 0: an evaluation) keeps no observations: the
+    batch's ``obs`` is empty.
     """
     records: dict[int, dict[str, Any]] = {}
+    keep = actor.temperature != 0  # a greedy call is an evaluation: nothing trains on its frames
 
     def absorb(observations: dict[int, dict], finished=None) -> None:
         for index, obs in observations.items():
-            records.setdefault(index, {"obs": [], "tokens": []})["obs"].append(obs)
-        for index, (success, frame, closest, margin) in (finished or {}).items():
-            records[index].update(success=success, frame=frame, closest=closest, margin=margin)
+            seen = records.setdefault(index, {"obs": [], "tokens": []})["obs"]
+            if keep or not seen:
+                seen.append(obs)
+            else:
+                seen[-1] = obs
+        for index, (success, frame, closest, margin, total) in (finished or {}).items():
+            records[index].update(success=success, frame=frame, closest=closest, margin=margin,
+                                  total=total)
 
     used = [h for h, chunk in enumerate(chunks) if len(chunk)]
     for h in used:
@@ -310,7 +333,7 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     env_time = sum(hosts[h].env_time_total() for h in used)
 
     order = range(len(jobs))
-    keys = records[0]["obs"][0].keys()
+    keys = records[0]["obs"][0].keys() if keep else ()
     return RolloutBatch(
         obs={k: np.stack([o[k] for i in order for o in records[i]["obs"]]) for k in keys},
         tokens=np.concatenate([np.stack(records[i]["tokens"]) for i in order]).astype(np.int64),
@@ -323,6 +346,7 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
         closest=[records[i]["closest"] for i in order] if capture else None,
         final_margin=(np.array([records[i]["margin"] for i in order], dtype=np.float64)
                       if verifier else None),
+        returns=np.array([records[i]["total"] for i in order], dtype=np.float64),
     )
 
 

@@ -6,7 +6,7 @@ by their folder's path below the sweep folder (Hydra's ``<n>_<overrides>``, whic
 sweep's overrides only). Compared: every key of ``summary.json`` and every ``(step, value)`` of
 every key of ``metrics.csv``, except what differs from one execution to the next by nature:
 wall-clock figures (``wall_clock_s``, ``fps``, ``time/*_s``, ``*/seconds``, the ``time_s``
-column) and provenance (``run_dir``, ``start_policy``, ``versions``, ``git``).
+column) and provenance (``run_dir``, ``start_policy``, ``versions``, ``machine``, ``git``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from common.files import read_metrics
 
-PROVENANCE_KEYS = ("run_dir", "start_policy", "versions", "git")
+PROVENANCE_KEYS = ("run_dir", "start_policy", "versions", "machine", "git")
 
 
 def is_wall_clock(key: str) -> bool:
