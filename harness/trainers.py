@@ -19,7 +19,8 @@ from typing import Any
 
 from harness.algos import group, sb3
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
-from harness.runs import Run, git_commit, machine_info, package_versions
+from harness.provenance import git_commit, machine_info, package_versions
+from harness.runs import Run
 
 log = logging.getLogger(__name__)
 

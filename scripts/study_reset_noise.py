@@ -50,9 +50,9 @@ import tasks
 from common.files import atomic_write_text, read_metrics
 from common.plots import save_figure
 from harness import trainers
+from harness.algos.engine import RolloutEngine
 from harness.algos.group import read_checkpoint
 from harness.algos.group_update import GroupTrainer
-from harness.algos.rollouts import RolloutEngine
 from harness.config import TrainConfig, compose
 from harness.policies import TokenPolicyConfig, build_policy
 from tasks.perturb import ResetNoise, perturbed_snapshots

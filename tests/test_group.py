@@ -292,8 +292,8 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
     import copy
 
     import tasks
+    from harness.algos.engine import RolloutEngine
     from harness.algos.group_update import GroupTrainer
-    from harness.algos.rollouts import RolloutEngine
     from harness.policies import make
 
     config = harness_config.compose([*FAST, *PIXELS, "algo.freeze_encoder=true",

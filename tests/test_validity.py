@@ -319,7 +319,14 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
         seeds.append((seed, episodes))
         return real(policy_fn, env_factory, episodes, difficulties, seed, videos)
 
+    real_pooled = group.evaluate_in_pool
+
+    def spy_pooled(pool, policy, env, episodes, difficulties, seed):  # the greedy evaluations
+        seeds.append((seed, episodes))
+        return real_pooled(pool, policy, env, episodes, difficulties, seed)
+
     monkeypatch.setattr(group, "evaluate", spy)
+    monkeypatch.setattr(group, "evaluate_in_pool", spy_pooled)
     train(tmp_path, "run", "algo.iterations=2", "eval.every_steps=50")
     periodic = [seed for seed, episodes in seeds if episodes == 4]
     final = [seed for seed, episodes in seeds if episodes == 10]

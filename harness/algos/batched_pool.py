@@ -21,10 +21,10 @@ import traceback
 import numpy as np
 import torch
 
+from harness.algos.engine import LocalHost
 from harness.algos.ray_cluster import _import_ray, check_ray_resources, connect_ray
 from harness.algos.rollouts import (
     EnvHost,
-    LocalHost,
     PolicyActor,
     RolloutBatch,
     RolloutWorkerError,

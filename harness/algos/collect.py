@@ -25,6 +25,7 @@ from harness.algos.pools import ProcessPool, RayPool
 from harness.algos.rollouts import RolloutBatch
 from harness.algos.start_states import StartStates
 from harness.config import MAX_RESAMPLE_ROUNDS
+from harness.evaluation import Episode, EvaluationResult
 from tasks.perturb import ResetNoise, perturbed_snapshots
 from tasks.wrappers import imperfection_scales
 
@@ -256,8 +257,6 @@ def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int):
     Raises:
         ValueError: ``episodes`` < 1 or no difficulty.
     """
-    from harness.evaluation import Episode, EvaluationResult
-
     if episodes < 1:
         raise ValueError(f"episodes={episodes}; must be >= 1")
     if not difficulties:

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from harness.algos.batched_pool import BatchedPool
+from harness.algos.engine import RolloutEngine
 from harness.algos.ray_cluster import _import_ray, check_ray_resources, connect_ray
-from harness.algos.rollouts import RolloutBatch, RolloutEngine, RolloutWorkerError
+from harness.algos.rollouts import RolloutBatch, RolloutWorkerError
 from harness.policies import TokenPolicy
 
 log = logging.getLogger(__name__)
