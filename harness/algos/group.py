@@ -241,13 +241,12 @@ def train(cfg, run) -> dict[str, Any]:
         which.eval()
         if not sampled and not videos:
             result = evaluate_in_pool(pool, which, probe, episodes, eval_difficulties, seed)
-            which.train()
-            return result
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            result = evaluate(_policy_fn(which, sampled, algo.temperature),
-                              env_factory(render=videos > 0), episodes, eval_difficulties, seed,
-                              videos)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                result = evaluate(_policy_fn(which, sampled, algo.temperature),
+                                  env_factory(render=videos > 0), episodes, eval_difficulties,
+                                  seed, videos)
         which.train()
         return result
 
