@@ -3,6 +3,14 @@
 Importing the package registers the Gymnasium ids of the tasks (``harness/Reach-v0``,
 ``harness/Push-v0``, ...) exactly as ``import tasks`` does, so ``import harness`` is enough before
 ``gymnasium.make("harness/Push-v0")``.
+
+With ``HARNESS_KERNELS=portable`` in the environment, the first import makes the process use
+the same floating-point kernels on any processor type (:mod:`common.kernels`).
 """
 
-import tasks  # noqa: F401  (registers the harness/... Gymnasium ids)
+from common import kernels as _kernels
+
+_kernels.ensure_portable()  # HARNESS_KERNELS=portable: the same numbers on any processor type
+_kernels.apply_torch()
+
+import tasks  # noqa: E402,F401  (registers the harness/... Gymnasium ids)

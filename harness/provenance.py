@@ -10,6 +10,8 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from common import kernels
+
 VERSIONED_PACKAGES = (
     "vla-rl-harness", "numpy", "torch", "gymnasium", "mujoco", "stable-baselines3", "sb3-contrib",
     "hydra-core", "omegaconf",
@@ -33,7 +35,8 @@ def machine_info() -> dict[str, Any]:
 
     Floating-point kernels differ with the instruction set, so the same seed can train other
     weights on another processor type (docs/results.md, "Reproducing a figure"); the summary
-    names the machine so that two runs can be told apart.
+    names the machine so that two runs can be told apart, and whether the run used the
+    portable kernels (``kernels``, :mod:`common.kernels`), which take that difference away.
     """
     import torch
 
@@ -47,7 +50,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpu": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cores": os.cpu_count(), "platform": platform.platform()}
+            "cores": os.cpu_count(), "platform": platform.platform(), **kernels.describe()}
 
 
 def git_commit() -> dict[str, Any]:

@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from success_detectors.base import SuccessDetector, check_threshold
+from common import kernels as _kernels
+
+_kernels.ensure_portable()  # HARNESS_KERNELS=portable (common.kernels)
+_kernels.apply_torch()
+
+from success_detectors.base import SuccessDetector, check_threshold  # noqa: E402
 from success_detectors.cnn import CNNDetector, check_pixels, load_detector
 from success_detectors.scripted import ScriptedDetector
 from success_detectors.wrappers import DetectorCounts, VerifierWrapper
