@@ -1,4 +1,5 @@
-"""Portable kernels: the same seed gives the same numbers on any x86-64 processor type.
+"""Portable kernels: meant to give a seed the same numbers on any x86-64 processor type
+(checked on an Intel Xeon with the libraries cut down to AVX2; not yet on an AMD processor).
 
 PyTorch, MKL, NumPy and Mesa's llvmpipe pick their floating-point kernels by the processor's
 vector instructions (AVX-512 on one machine, AVX2 on another), and the kernels round
@@ -64,10 +65,9 @@ def numpy_dispatched_features() -> list[str]:
     return [name for name in getattr(umath, "__cpu_dispatch__", []) if supported.get(name)]
 
 
-def portable_environment(environ=None) -> dict[str, str]:
+def portable_environment() -> dict[str, str]:
     """The variables a portable process needs (``FIXED``, NumPy's disabled features, the
-    marker), to be added to ``environ``."""
-    environ = os.environ if environ is None else environ
+    marker), to be added to the environment."""
     disabled = " ".join(numpy_dispatched_features())
     return {**FIXED, "NPY_DISABLE_CPU_FEATURES": disabled, VARIABLE: "portable", APPLIED: "1"}
 
