@@ -125,6 +125,13 @@ def apply_torch() -> None:
                            "it was loaded before ATEN_CPU_CAPABILITY=default was set")
 
 
+def activate() -> None:
+    """What ``harness`` and ``success_detectors`` run on import: :func:`ensure_portable`, then
+    :func:`apply_torch`."""
+    ensure_portable()
+    apply_torch()
+
+
 def describe() -> dict[str, object]:
     """What ``summary.json``'s ``machine`` records of the kernels: the mode, and in a portable
     process the variables it runs with."""

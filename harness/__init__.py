@@ -10,7 +10,6 @@ the same floating-point kernels on any processor type (:mod:`common.kernels`).
 
 from common import kernels as _kernels
 
-_kernels.ensure_portable()  # HARNESS_KERNELS=portable: the same numbers on any processor type
-_kernels.apply_torch()
+_kernels.activate()  # HARNESS_KERNELS=portable: the same kernels on any processor type
 
 import tasks  # noqa: E402,F401  (registers the harness/... Gymnasium ids)

@@ -19,8 +19,7 @@ from typing import Any
 
 from common import kernels as _kernels
 
-_kernels.ensure_portable()  # HARNESS_KERNELS=portable (common.kernels)
-_kernels.apply_torch()
+_kernels.activate()  # HARNESS_KERNELS=portable: the same kernels on any processor type
 
 from success_detectors.base import SuccessDetector, check_threshold  # noqa: E402
 from success_detectors.cnn import CNNDetector, check_pixels, load_detector
