@@ -11,18 +11,27 @@ rate again. ``quality="high"`` turns them back on for videos and visual randomis
 
 from __future__ import annotations
 
+import atexit
 import ctypes.util
 import os
 import re
 import sys
+import threading
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
 
 
 def choose_gl_backend() -> str:
-    """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) if unset; return the backend in use."""
+    """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) if unset; return the backend in use.
+
+    Also ``LP_NUM_THREADS=0`` if unset: Mesa's llvmpipe then rasterises in the calling thread
+    instead of handing each frame to a thread per core, which costs more than it saves on
+    small frames (an 84 px frame: about 1 ms against 2-2.5 ms with 2 threads; docs/results.md).
+    """
+    os.environ.setdefault("LP_NUM_THREADS", "0")
     backend = os.environ.get("MUJOCO_GL")
     if not backend and "mujoco" in sys.modules:
         warnings.warn(
@@ -47,8 +56,75 @@ def choose_gl_backend() -> str:
 QUALITIES = ("fast", "high")
 
 
+class _GLContexts(threading.local):
+    """One OpenGL context per process and thread, shared by every renderer made there.
+
+    ``mujoco.Renderer`` makes a context per renderer: 64 environments in a rollout worker
+    switched contexts at every frame, and the 2-worker pixel rollouts ran about 15% slower
+    for it (docs/results.md). Each renderer keeps its own MuJoCo context (its model's meshes,
+    textures and offscreen buffer) inside the shared OpenGL one, so frames are unchanged.
+    """
+
+    context: Any = None
+    pid: int = 0
+
+    def get(self):
+        if self.context is None or self.pid != os.getpid():  # a forked child makes its own
+            from mujoco.rendering.classic import gl_context
+
+            self.context, self.pid = gl_context.GLContext(_GL_SIZE, _GL_SIZE), os.getpid()
+        return self.context
+
+
+_GL_SIZE = 64  # the context's own surface, unused: frames render into each renderer's buffer
+_GL = _GLContexts()
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # freed before the GL backend's own exit handler
+
+
+def _current_context():
+    """The raw context current in this thread (EGL or OSMesa), or ``None`` if unknown."""
+    backend = os.environ.get("MUJOCO_GL")
+    try:
+        if backend == "egl":
+            from mujoco.egl import egl_ext
+
+            return egl_ext.eglGetCurrentContext()
+        if backend == "osmesa":
+            from OpenGL import osmesa
+
+            return osmesa.OSMesaGetCurrentContext()
+    except Exception:  # an unusual build: make the context current every time
+        return None
+    return None
+
+
+def _make_current(context) -> None:
+    raw, current = getattr(context, "_context", None), _current_context()
+    if raw and current and getattr(raw, "address", None) == getattr(current, "address", 0):
+        return
+    context.make_current()
+
+
+def _scene_size(model) -> int:
+    return 500 + 2 * (model.ngeom + model.nsite) + 100 * model.ntendon
+
+
+@atexit.register
+def _free_renderers() -> None:
+    for renderer in list(_LIVE):
+        try:
+            renderer.close()
+        except Exception:  # a context current in another thread: the process ends anyway
+            pass
+
+
 class CameraRenderer:
     """Renders RGB frames of a fixed size from named cameras of one model.
+
+    All the renderers of a thread share one OpenGL context; each has its own MuJoCo context
+    with an offscreen buffer of the frame's size and, in fast quality, no shadow map: about
+    3 MB a renderer against ``mujoco.Renderer``'s 26 (its 640x480 buffer, a 1024 px shadow
+    map and room for 10,000 geoms), with the very same pixels.
 
     Args:
         model: The compiled model.
@@ -57,7 +133,7 @@ class CameraRenderer:
         quality: ``"fast"`` (no shadows, reflections, skybox or anti-aliasing) or ``"high"``.
 
     Raises:
-        ValueError: Unknown quality, or a size larger than the model's offscreen buffer.
+        ValueError: Unknown quality, or a camera the model does not have (at render).
         RuntimeError: No OpenGL context could be created (names the backend and the fix).
     """
 
@@ -66,11 +142,10 @@ class CameraRenderer:
 
         if quality not in QUALITIES:
             raise ValueError(f"render_quality={quality!r}; expected one of {QUALITIES}")
-        offsamples = model.vis.quality.offsamples
-        if quality == "fast":
-            model.vis.quality.offsamples = 0  # read when the GL context is made
+        self._context, self._pid = None, os.getpid()
         try:
-            self._renderer = mujoco.Renderer(model, height=height, width=width)
+            self._gl = _GL.get()
+            _make_current(self._gl)
         except Exception as error:  # the backends raise several unrelated types
             backend = os.environ.get("MUJOCO_GL")
             raise RuntimeError(
@@ -78,25 +153,84 @@ class CameraRenderer:
                 "Install the headless libraries (apt-get install libegl1 libgl1 libosmesa6) "
                 "or set MUJOCO_GL=osmesa before importing tasks."
             ) from error
+        visual = model.vis
+        # read when the MuJoCo context is made: a buffer of the frame's size; in fast quality
+        # no multisampling and no shadow map (4 MB that nothing would draw into)
+        sizes = {"offwidth": width, "offheight": height}
+        quality_sizes = {"offsamples": 0, "shadowsize": 0} if quality == "fast" else {}
+        saved = ({k: getattr(visual.global_, k) for k in sizes},
+                 {k: getattr(visual.quality, k) for k in quality_sizes})
+        try:
+            for target, values in ((visual.global_, sizes), (visual.quality, quality_sizes)):
+                for key, value in values.items():
+                    setattr(target, key, value)
+            self._context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_50)
         finally:
-            model.vis.quality.offsamples = offsamples
-        self._quality = quality
+            for target, values in zip((visual.global_, visual.quality), saved, strict=True):
+                for key, value in values.items():
+                    setattr(target, key, value)
+        self._model = model
+        # room for every geom, site and tendon segment (mujoco.Renderer's 10,000 cost 10 MB a
+        # renderer: a gigabyte for the 64 environments of one rollout worker)
+        self._scene = mujoco.MjvScene(model, maxgeom=_scene_size(model))
+        self._rect = mujoco.MjrRect(0, 0, width, height)
+        self._shape = (height, width, 3)
+        self._cameras: dict[Any, Any] = {}
         self._scene_option = mujoco.MjvOption()
         self._scene_option.geomgroup[5] = 0  # helper sites and mocap handles stay invisible
         self._scene_option.sitegroup[5] = 0
-        flags = self._renderer.scene.flags
+        flags = self._scene.flags
         high = quality == "high"
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = high
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = high
         flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = high
+        _LIVE.add(self)
+
+    def _camera(self, camera: str | int):
+        import mujoco
+
+        if camera not in self._cameras:
+            index = camera
+            if isinstance(camera, str):
+                index = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+                if index == -1:
+                    raise ValueError(f"camera {camera!r} does not exist in this model")
+            if not -1 <= index < self._model.ncam:
+                raise ValueError(f"camera id {index} out of range [-1, {self._model.ncam})")
+            view = mujoco.MjvCamera()
+            if index == -1:  # the free camera, as mujoco.Renderer does
+                view.type = mujoco.mjtCamera.mjCAMERA_FREE
+                mujoco.mjv_defaultFreeCamera(self._model, view)
+            else:
+                view.type = mujoco.mjtCamera.mjCAMERA_FIXED
+                view.fixedcamid = index
+            self._cameras[camera] = view
+        return self._cameras[camera]
 
     def render(self, data, camera: str | int):
         """Render one frame; returns a new ``uint8`` array of shape ``(height, width, 3)``."""
-        self._renderer.update_scene(data, camera=camera, scene_option=self._scene_option)
-        return self._renderer.render()
+        import mujoco
+
+        if self._context is None:
+            raise RuntimeError("render called after close")
+        view = self._camera(camera)
+        _make_current(self._gl)
+        mujoco.mjv_updateScene(self._model, data, self._scene_option, None, view,
+                               mujoco.mjtCatBit.mjCAT_ALL, self._scene)
+        if self._scene.ngeom >= self._scene.maxgeom:  # mjv_updateScene dropped some
+            raise RuntimeError(f"the scene has more than {self._scene.maxgeom} geoms to draw")
+        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
+        mujoco.mjr_render(self._rect, self._scene, self._context)
+        frame = np.empty(self._shape, np.uint8)
+        mujoco.mjr_readPixels(frame, None, self._rect, self._context)
+        return np.ascontiguousarray(frame[::-1])  # OpenGL's rows run bottom to top
 
     def close(self) -> None:
-        self._renderer.close()
+        if self._context is not None and self._pid == os.getpid():
+            _make_current(self._gl)
+            self._context.free()
+        self._context = None
+        _LIVE.discard(self)
 
 
 CAMERA_NAME = re.compile(r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*")

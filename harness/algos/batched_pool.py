@@ -40,7 +40,6 @@ class HostDied(RuntimeError):
 
 
 def _host_main(connection, host_args: tuple) -> None:
-    os.environ.setdefault("LP_NUM_THREADS", "1")  # one rasteriser thread per worker
     torch.set_num_threads(1)
     host = EnvHost(*host_args)
     try:
@@ -111,7 +110,6 @@ class _RayEnvHost:
     """Ray actor holding an :class:`EnvHost`."""
 
     def __init__(self, host_args: tuple) -> None:
-        os.environ.setdefault("LP_NUM_THREADS", "1")
         torch.set_num_threads(1)
         self.host = EnvHost(*host_args)
 

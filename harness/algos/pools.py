@@ -127,9 +127,7 @@ class _Pool:
 
 # ---------------------------------------------------------------------------- processes
 def _worker_main(connection, engine_args: tuple) -> None:
-    # Mesa's llvmpipe rasterises with one thread per core by default; with one rollout process
-    # per core that oversubscribes the machine (measured: 2-worker scaling 1.23x -> 1.43x).
-    os.environ.setdefault("LP_NUM_THREADS", "1")
+    # llvmpipe rasterises in this thread (LP_NUM_THREADS=0, set when tasks is imported)
     torch.set_num_threads(1)  # one core per worker; the trainer process keeps its own setting
     engine = RolloutEngine(*engine_args)
     try:
@@ -224,7 +222,6 @@ class _RayWorker:
     """A Ray actor holding one rollout engine (its envs, renderer and policy copy)."""
 
     def __init__(self, engine_args: tuple, use_gpu: bool) -> None:
-        os.environ.setdefault("LP_NUM_THREADS", "1")
         torch.set_num_threads(1)
         device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.engine = RolloutEngine(*engine_args, device=device)
