@@ -59,10 +59,11 @@ QUALITIES = ("fast", "high")
 class _GLContexts(threading.local):
     """One OpenGL context per process and thread, shared by every renderer made there.
 
-    ``mujoco.Renderer`` makes a context per renderer: 64 environments in a rollout worker
-    switched contexts at every frame, and the 2-worker pixel rollouts ran about 15% slower
-    for it (docs/results.md). Each renderer keeps its own MuJoCo context (its model's meshes,
-    textures and offscreen buffer) inside the shared OpenGL one, so frames are unchanged.
+    ``mujoco.Renderer`` makes a context per renderer, and 64 environments in a rollout worker
+    switched contexts at every frame; with one context the 2-worker pixel rollouts take 14-21%
+    less time (docs/results.md, "Rendering"). Each renderer keeps its own MuJoCo context (its
+    model's meshes, textures and offscreen buffer) inside the shared OpenGL one, so frames are
+    unchanged.
     """
 
     context: Any = None
@@ -81,24 +82,31 @@ _GL = _GLContexts()
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # freed before the GL backend's own exit handler
 
 
-def _current_context():
-    """The raw context current in this thread (EGL or OSMesa), or ``None`` if unknown."""
+def _current_context_getter():
+    """A function giving the raw context current in this thread (EGL or OSMesa); one giving
+    ``None`` (unknown: make the context current every time) for other backends."""
     backend = os.environ.get("MUJOCO_GL")
     try:
         if backend == "egl":
             from mujoco.egl import egl_ext
 
-            return egl_ext.eglGetCurrentContext()
+            return egl_ext.eglGetCurrentContext
         if backend == "osmesa":
             from OpenGL import osmesa
 
-            return osmesa.OSMesaGetCurrentContext()
-    except Exception:  # an unusual build: make the context current every time
-        return None
-    return None
+            return osmesa.OSMesaGetCurrentContext
+    except Exception:  # an unusual build
+        pass
+    return lambda: None
+
+
+_current_context = None  # resolved on first use, after MUJOCO_GL is settled
 
 
 def _make_current(context) -> None:
+    global _current_context
+    if _current_context is None:
+        _current_context = _current_context_getter()
     raw, current = getattr(context, "_context", None), _current_context()
     if raw and current and getattr(raw, "address", None) == getattr(current, "address", 0):
         return
