@@ -74,12 +74,15 @@ class _GLContexts(threading.local):
             from mujoco.rendering.classic import gl_context
 
             self.context, self.pid = gl_context.GLContext(_GL_SIZE, _GL_SIZE), os.getpid()
+            # after the backend's own exit handler (registered with its first context), so
+            # that ours runs first: exit handlers run last registered, first run
+            atexit.register(_free_renderers)
         return self.context
 
 
 _GL_SIZE = 64  # the context's own surface, unused: frames render into each renderer's buffer
 _GL = _GLContexts()
-_LIVE: weakref.WeakSet = weakref.WeakSet()  # freed before the GL backend's own exit handler
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # freed at exit, before the GL display goes
 
 
 def _current_context_getter():
@@ -117,7 +120,6 @@ def _scene_size(model) -> int:
     return 500 + 2 * (model.ngeom + model.nsite) + 100 * model.ntendon
 
 
-@atexit.register
 def _free_renderers() -> None:
     for renderer in list(_LIVE):
         try:
