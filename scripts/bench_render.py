@@ -12,7 +12,7 @@ alternation, ``--repeats`` times:
 each with llvmpipe rasterising in the calling thread (``LP_NUM_THREADS=0``, the harness's
 default) and with a thread per core (``LP_NUM_THREADS`` = cores, Mesa's default). Prints env
 steps/s (random actions, physics included: the same for every arm), the memory the renderers
-added (peak RSS), and whether every arm drew the very same pixels; the ratios to read are
+added (resident memory), and whether every arm drew the very same pixels; the ratios to read are
 against ``mujoco`` at Mesa's default.
 
 usage: python scripts/bench_render.py [--envs 64] [--steps 1280] [--size 84] [--repeats 2]
@@ -62,10 +62,14 @@ class _MujocoRenderer:
         self._renderer.close()
 
 
+def _resident_mb() -> float:
+    """Resident memory now (not the peak: building a scene's textures may peak higher)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def _measure(renderer: str, envs: int, steps: int, size: int) -> dict:
     """One arm, in this (fresh) process."""
-    import resource
-
     import numpy as np
 
     import tasks
@@ -74,11 +78,11 @@ def _measure(renderer: str, envs: int, steps: int, size: int) -> dict:
     if renderer == "mujoco":
         rendering.CameraRenderer = _MujocoRenderer
     pixel_envs = [tasks.make("push", obs_mode="pixels", image_size=size) for _ in range(envs)]
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss = _resident_mb()
     digest = hashlib.sha256()
     for seed, env in enumerate(pixel_envs):
         digest.update(env.reset(seed=seed)[0]["pixels"].tobytes())  # makes the renderers
-    memory_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+    memory_mb = _resident_mb() - rss
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (steps, *pixel_envs[0].action_space.shape)).astype(np.float32)
     start = time.perf_counter()
