@@ -10,11 +10,13 @@ import math
 
 import pytest
 
+import tasks
 from harness.checkpoints import domain_options, task_env_factory
 from harness.config import ConfigError
 from harness.runs import resolve_checkpoint
 
 study = importlib.import_module("scripts.transfer_study")
+breakdown = importlib.import_module("scripts.transfer_breakdown")
 evaluate_app = importlib.import_module("scripts.evaluate")
 
 TINY = ["--total-timesteps", "128", "--episodes", "3", "--override", "task=reach",
@@ -166,3 +168,77 @@ def test_bad_input_is_refused_naming_the_value_before_anything_trains(tmp_path, 
     with pytest.raises(error, match=message):
         study.main(["--out", str(tmp_path / "study"), *TINY, *extra])
     assert not (tmp_path / "study").exists()
+
+
+# --- which part of the held-out domain costs the success ------------------------------------
+def test_breakdown_sets_back_one_part_of_the_held_out_domain_at_a_time():
+    trained = {"action_noise": 0.15, "action_latency": 2}
+    domains = breakdown.breakdown_domains(study.HELD_OUT, trained)
+    assert list(domains) == ["held-out", "physics nominal", "action_noise as trained",
+                             "action_latency as trained", "control_jitter as trained",
+                             "observation_noise as trained", "imperfections as trained",
+                             "nominal"]
+    held = study.HELD_OUT["imperfections"]
+    assert domains["held-out"] == study.HELD_OUT
+    assert domains["physics nominal"] == {"randomization": {}, "imperfections": held}
+    assert domains["action_latency as trained"]["imperfections"] == {**held, "action_latency": 2}
+    assert domains["control_jitter as trained"]["imperfections"] == {**held, "control_jitter": 0}
+    assert domains["imperfections as trained"] == {
+        "randomization": study.HELD_OUT["randomization"], "imperfections": trained}
+    assert domains["nominal"] == study.NOMINAL
+    # A held-out domain of physics only has nothing to set back among the imperfections.
+    physics = {"randomization": study.HELD_OUT["randomization"]}
+    assert list(breakdown.breakdown_domains(physics, trained)) == [
+        "held-out", "physics nominal", "nominal"]
+
+
+def test_breakdown_plays_every_run_of_a_study_and_pools_each_arm(tiny_study, tmp_path):
+    out, result = tiny_study
+    written = breakdown.main([str(out), "--episodes", "2", "--expert", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "transfer_breakdown.json").read_text()) == \
+        json.loads(json.dumps(written))
+    assert (tmp_path / "transfer_breakdown.png").stat().st_size > 10_000
+    assert [(r["arm"], r["seed"]) for r in written["runs"]] == \
+        [*((a, 0) for a in study.ARMS), (breakdown.EXPERT, None)]
+    plain, robust, expert = written["runs"]
+    # Each run's "as trained" is its own: the plain arm trained without imperfections.
+    assert plain["domains"]["imperfections as trained"]["domain"]["imperfections"] == {}
+    assert robust["domains"]["imperfections as trained"]["domain"]["imperfections"] == \
+        study.TRAIN_IMPERFECTIONS
+    assert expert["domains"]["imperfections as trained"]["domain"]["imperfections"] == {}
+    assert expert["domains"]["nominal"]["successes"] == 2  # the expert reaches every target
+    # The expert's cells: its controller on the study's test seeds, as played here by hand.
+    settings = result["settings"]
+    options = domain_options("reach", {"max_episode_steps": 15}, settings["held_out"])
+    env = tasks.make("reach", **options)
+    wins = 0
+    for j in range(2):
+        env.reset(seed=settings["test_seed"] + j, options={"difficulty": 1.0})
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(tasks.ScriptedExpert(env)())
+            done = terminated or truncated
+        wins += bool(info["is_success"])
+    env.close()
+    assert expert["domains"]["held-out"]["successes"] == wins
+    for arm, run in zip([*study.ARMS, breakdown.EXPERT], written["runs"], strict=True):
+        pooled = written["arms"][arm]
+        assert list(pooled) == list(run["domains"])
+        for name, cell in pooled.items():
+            assert cell["episodes"] == 2
+            assert cell["successes"] == run["domains"][name]["successes"]
+            assert cell["interval"][0] <= cell["success"] <= cell["interval"][1]
+    # The held-out and nominal cells replay the study's own evaluation on the same seeds.
+    for row in result["rows"]:
+        again = breakdown.play_run(row, result["settings"]["held_out"], 3,
+                                   result["settings"]["test_seed"])
+        assert again["held-out"]["successes"] == row["held_out_successes"]
+        assert again["nominal"]["successes"] == row["nominal_successes"]
+
+
+def test_breakdown_refuses_a_folder_without_a_study(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"transfer_study.json does not exist"):
+        breakdown.main([str(tmp_path)])
+    (tmp_path / "transfer_study.json").write_text(json.dumps({"settings": {}, "rows": []}))
+    with pytest.raises(ValueError, match=r"no settings.held_out or no rows"):
+        breakdown.main([str(tmp_path)])
