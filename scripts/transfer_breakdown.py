@@ -49,7 +49,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="a folder written by transfer_study.py")
     parser.add_argument("--episodes", type=int, default=None,
-                        help="test episodes per domain and run (default: the study's)")
+                        help="test episodes per difficulty, domain and run (default: the study's)")
     parser.add_argument("--expert", action="store_true",
                         help="the task's scripted controller plays the same domains too")
     parser.add_argument("--out", type=Path, default=None, help="default: the study folder")
@@ -112,7 +112,7 @@ def play_run(row: Mapping[str, Any], held_out: Mapping[str, Any], episodes: int,
     out = {}
     for name, domain in breakdown_domains(held_out, trained).items():
         result, _ = evaluate_checkpoint(checkpoint, episodes, seed=seed, domain=domain)
-        out[name] = {"successes": result.successes, "episodes": episodes,
+        out[name] = {"successes": result.successes, "episodes": len(result.episodes),
                      "mean_length": result.mean_length, "domain": domain}
     return out
 
@@ -120,8 +120,9 @@ def play_run(row: Mapping[str, Any], held_out: Mapping[str, Any], episodes: int,
 def play_expert(row: Mapping[str, Any], held_out: Mapping[str, Any], episodes: int,
                 seed: int) -> dict[str, dict[str, Any]]:
     """Successes of the task's scripted controller in every domain of
-    :func:`breakdown_domains` (nothing trained: "as trained" is off), on the task ``row``'s run
-    was trained on, the same seeds and difficulties as the policies."""
+    :func:`breakdown_domains` (nothing trained: "as trained" is off), on the task and options
+    ``row``'s run was trained with, the same seeds and difficulties as the policies; ``main``
+    passes the plain arm's run, whose options hold no imperfection."""
     _, metadata = resolve_checkpoint(Path(row["run_dir"]) / "checkpoints" / "latest.json")
     difficulties = metadata.get("evaluation", {}).get("difficulties") or [
         metadata["task_options"].get("difficulty", 1.0)]
@@ -196,11 +197,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         runs.append({"arm": row["arm"], "seed": row["seed"], "run_dir": row["run_dir"],
                      "domains": domains})
         print(f"{row['arm']} seed {row['seed']}: " + ", ".join(
-            f"{name} {d['successes'] / episodes:.3f}" for name, d in domains.items()),
+            f"{name} {d['successes'] / d['episodes']:.3f}" for name, d in domains.items()),
             flush=True)
     if args.expert:
-        domains = play_expert(study["rows"][0], settings["held_out"], episodes,
-                              settings["test_seed"])
+        plain = next((r for r in study["rows"] if r["arm"] == "plain"), study["rows"][0])
+        domains = play_expert(plain, settings["held_out"], episodes, settings["test_seed"])
         runs.append({"arm": EXPERT, "seed": None, "run_dir": None, "domains": domains})
     arms = {arm: pool([r for r in runs if r["arm"] == arm])
             for arm in dict.fromkeys(r["arm"] for r in runs)}
