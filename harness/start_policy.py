@@ -303,7 +303,8 @@ def demo_file(
     the JSON of every ``tasks.TaskConfig`` field (defaults filled in, ``difficulty`` set to the
     demos'), so that demos recorded under other options (``terminate_on_success``,
     ``randomization``, ``reward_weights``, ``render_quality``...) are never reused, while
-    spelling a default out or leaving it implicit gives the same file.
+    spelling a default out or leaving it implicit gives the same file. A task whose
+    ``version`` is above 1 adds it to the JSON, so demos of its older resets are not reused.
 
     Args:
         demo_dir: The cache folder.
@@ -325,7 +326,10 @@ def demo_file(
 
     config = tasks.TaskConfig.from_options(task, {**task_options,
                                                   "difficulty": float(difficulty)})
-    canonical = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    fields = dataclasses.asdict(config)
+    if tasks.TASKS[task].version > 1:  # version 1 tasks keep the names of their older caches
+        fields["task_version"] = tasks.TASKS[task].version
+    canonical = json.dumps(fields, sort_keys=True)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
     readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
                 if key in task_options]

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import tasks
 from harness.algos import group, sb3
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
 from harness.provenance import git_commit, machine_info, package_versions
@@ -78,6 +79,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
         summary = {
             "algo": config.algo.name,
             "task": config.task.name,
+            "task_version": tasks.TASKS[config.task.name].version,
             "seed": config.seed,
             **result,
             "env_steps": env_steps,

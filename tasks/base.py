@@ -193,6 +193,9 @@ class ManipulationEnv(gym.Env):
             [-spread, -spread, -0.3 * spread], [spread, spread, 0.3 * spread]
         )
         self.set_gripper_position(start)
+        # Positions for the task's reset (reach places its goal relative to ee_position): after
+        # mj_resetData they are stale until the kinematics run.
+        mujoco.mj_kinematics(self.model, self.data)
         self.task.reset(self, self.levels)
         if options.get("instruction") is not None:
             self.task.state["instruction"] = str(options["instruction"])

@@ -33,6 +33,7 @@ class Reach(Task):
     reward_weights = {"distance": 1.0, "success": 1.0}
     max_episode_steps = 50
     state_dim = 6
+    version = 2  # 2 (2026-12-03): the goal lies around the gripper's start, not the world origin
 
     def build(self, spec) -> None:
         scene.add_marker(spec, "goal", "green", radius=0.02)

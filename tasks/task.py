@@ -71,6 +71,9 @@ class Task:
     reward_weights: ClassVar[dict[str, float]]
     max_episode_steps: ClassVar[int]
     state_dim: ClassVar[int]  # length of the task part of the state vector
+    # Raised when a fix changes what a reset draws (cached demos of an older version are not
+    # reused: harness.start_policy.demo_file).
+    version: ClassVar[int] = 1
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}

@@ -86,6 +86,14 @@ def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
     assert load_demos(metrics["bc/demo_file"]).env_args["collection"]["label"] == "expert"
 
 
+def test_demos_of_an_older_task_version_are_not_reused(tmp_path, monkeypatch):
+    # reach's version 2 moved its goals (2026-12-03): version-1 caches must not be read back
+    current = demo_file(tmp_path, "reach", {"obs_mode": "state"}, 5, 1.0)
+    monkeypatch.setattr(tasks.TASKS["reach"], "version", 1)
+    older = demo_file(tmp_path, "reach", {"obs_mode": "state"}, 5, 1.0)
+    assert older != current and older.name.endswith("_d1_n5.hdf5")
+
+
 # --- state normalisation ----------------------------------------------------------------------
 
 

@@ -131,6 +131,7 @@ def test_portable_runs_give_the_same_metrics_with_avx2_only_kernels(tmp_path, ki
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["machine"]["kernels"] == "portable"
     assert summary["machine"]["cpu_capability"] == "DEFAULT"
+    assert summary["task"] == "reach" and summary["task_version"] == 2
 
 
 def test_native_runs_differ_with_avx2_only_kernels_on_an_avx512_machine(tmp_path):

@@ -329,6 +329,23 @@ def test_difficulty_moves_distractors_and_goal_distance():
     assert distances[1.0] == pytest.approx(0.18, abs=1e-6)
 
 
+def test_reach_goal_lies_at_its_distance_from_the_gripper_start():
+    # Regression: the goal was placed around the world origin (positions were stale at the
+    # task's reset), 5-39 cm from the gripper instead of 5-20 cm.
+    env = tasks.make("reach")
+    for difficulty, expected in ((0.0, 0.05), (0.5, 0.125), (1.0, 0.20)):
+        for seed in range(20):
+            env.reset(seed=seed, options={"difficulty": {"goal_distance": difficulty,
+                                                         "spawn": 0.0}})
+            start, goal = env.ee_position.copy(), env.task.state["goal"]
+            gap = np.linalg.norm(goal - start)
+            # the goal is clipped into the workspace box [-0.25, 0.25]^2 x [0.03, 0.25]
+            clipped = np.isclose(goal, [-0.25, -0.25, 0.03]).any() or \
+                np.isclose(goal, [0.25, 0.25, 0.25]).any()
+            assert gap == pytest.approx(expected, abs=1e-9) or (clipped and gap < expected)
+    assert tasks.TASKS["reach"].version == 2
+
+
 def test_instruction_tokens_name_the_target_cube():
     env = tasks.make("push")
     colours = set()
