@@ -329,6 +329,29 @@ def test_difficulty_moves_distractors_and_goal_distance():
     assert distances[1.0] == pytest.approx(0.18, abs=1e-6)
 
 
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_a_tasks_reset_reads_fresh_positions(name, monkeypatch):
+    # what a task's reset reads of the gripper is where reset just put it, not the last
+    # episode's position or mj_resetData's zeros
+    env = tasks.make(name)
+    seen = []
+    task_reset = type(env.task).reset
+
+    def spy(task, env_, levels):
+        q = env_._gripper_qpos
+        seen.append((env_.ee_position.copy(), env_.data.qpos[q:q + 3].copy()))
+        return task_reset(task, env_, levels)
+
+    monkeypatch.setattr(type(env.task), "reset", spy)
+    for seed in range(3):
+        env.reset(seed=seed)
+        env.step(env.action_space.sample())
+    grasp_offset = seen[0][0] - seen[0][1]  # the grasp site rides at a fixed offset
+    for ee, gripper in seen:
+        np.testing.assert_allclose(ee - gripper, grasp_offset, atol=1e-9)
+    assert np.linalg.norm(seen[0][0]) > 0.05
+
+
 def test_reach_goal_lies_at_its_distance_from_the_gripper_start():
     # Regression: the goal was placed around the world origin (positions were stale at the
     # task's reset), 5-39 cm from the gripper instead of 5-20 cm.
