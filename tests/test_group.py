@@ -28,29 +28,31 @@ def train(tmp_path, name, *overrides):
 
 @pytest.fixture(scope="module")
 def weak_bc_policy(tmp_path_factory):
-    """An MLP token policy cloned from 3 expert demos for a few epochs: weak, not hopeless."""
+    """An MLP token policy cloned from 30 expert demos at difficulty 1 for 120 epochs: weak, not
+    hopeless (its sampled attempts succeed about half the time there)."""
     import tasks
     from harness.bc import pretrain_bc
     from harness.demos import collect_demos, load_demos
     from harness.policies import TokenPolicyConfig, make, save_policy
 
     folder = tmp_path_factory.mktemp("bc")
-    collect_demos(folder / "demos.hdf5", "reach", 3, obs_mode="state", difficulty=0.1,
+    collect_demos(folder / "demos.hdf5", "reach", 30, obs_mode="state", difficulty=1.0,
                   max_episode_steps=25, progress=False)
     env = tasks.make("reach", max_episode_steps=25)
     torch.manual_seed(0)  # the weights must not depend on which tests ran before
     policy = make(TokenPolicyConfig(kind="mlp", hidden=32), env.observation_space)
-    pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=4, seed=0, progress=False)
+    pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=120, lr=3e-3, seed=0,
+                progress=False)
     save_policy(folder / "bc.pt", policy)
     return folder / "bc.pt"
 
 
 def test_fine_tuning_raises_success_from_a_weak_start(tmp_path, weak_bc_policy):
-    summary, metrics = train(tmp_path, "run", "algo.iterations=24",
+    summary, metrics = train(tmp_path, "run", "algo.iterations=40", "task.difficulty=1.0",
                              f"algo.init_policy={weak_bc_policy}")
     success = [value for _, value in metrics["rollout/success_rate"]]
-    early, late = np.mean(success[:3]), np.mean(success[-3:])
-    assert early < 0.5, f"the fresh policy should start weak, got {early:.2f}"
+    early, late = np.mean(success[:5]), np.mean(success[-5:])  # 180 attempts each
+    assert early < 0.7, f"the fresh policy should start weak, got {early:.2f}"
     assert late >= early + 0.15, f"success went {early:.2f} -> {late:.2f}"
     for key in ("rollout/zero_signal_fraction", "train/clip_fraction", "train/approx_kl",
                 "train/kl_to_reference", "train/entropy", "rollout/mean_length_tokens",
@@ -87,8 +89,8 @@ def test_a_run_started_from_the_saved_start_policy_plays_the_same_run(tmp_path, 
     """A cloned start is kept as ``start_policy.pt``; an ablation arm that loads it through
     ``algo.init_policy`` skips the cloning and plays exactly the run that wrote it."""
     monkeypatch.chdir(tmp_path)  # the demo cache (data/demos) lands here
-    cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.bc_demos=3",
-                          "algo.bc_epochs=10")
+    cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.bc_demos=10",
+                          "algo.bc_epochs=100")
     saved = tmp_path / "cloned" / "start_policy.pt"
     assert cloned["start_policy"] == str(saved) and saved.is_file()
     reused, second = train(tmp_path, "reused", "algo.iterations=2", f"algo.init_policy={saved}")
