@@ -21,10 +21,11 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from common.stats import wilson_interval
+from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
 
-KEEP_CHOICES: tuple[str, ...] = ("last", "best_val_loss")
+KEEP_CHOICES: tuple[str, ...] = BC_KEEP
 
 
 def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:

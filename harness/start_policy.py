@@ -205,6 +205,7 @@ def cloned_start_policy(
     state_pretrain_shift_pad: int = 0,
     bc_shift_pad: int = 4,
     bc_lr: float = 3e-3,
+    bc_keep: str = "last",
 ) -> tuple[TokenPolicy, dict[str, Any]]:
     """A token policy behaviour-cloned on ``demos`` scripted-expert episodes: the usual start of
     group fine-tuning. Demos are recorded once per task, options and difficulty, then reused;
@@ -238,6 +239,8 @@ def cloned_start_policy(
         bc_shift_pad: Random-shift augmentation of the pixels in behaviour cloning
             (``shift_pad`` of :func:`harness.bc.pretrain_bc`); 0 leaves them as rendered.
         bc_lr: Learning rate of behaviour cloning (``lr`` of :func:`harness.bc.pretrain_bc`).
+        bc_keep: The weights it hands on (``keep`` of :func:`harness.bc.pretrain_bc`):
+            ``"last"`` or ``"best_val_loss"``.
 
     Returns:
         ``(policy, metrics)``; metrics include the demo file (or ``bc/dataset``), the BC losses
@@ -282,7 +285,8 @@ def cloned_start_policy(
     if demonstrations is None:
         demonstrations = load_demos(path)
     metrics = pretrain_bc(policy, demonstrations, epochs=epochs, lr=bc_lr, seed=seed,
-                          augment=bc_shift_pad > 0, shift_pad=bc_shift_pad, progress=progress)
+                          augment=bc_shift_pad > 0, shift_pad=bc_shift_pad, keep=bc_keep,
+                          progress=progress)
     metrics.pop("history", None)
     source = {"bc/demo_file": str(path)} if dataset is None else {"bc/dataset": str(dataset)}
     return policy, {**pretrain_metrics, **metrics, **source}

@@ -86,6 +86,26 @@ def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
     assert load_demos(metrics["bc/demo_file"]).env_args["collection"]["label"] == "expert"
 
 
+def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
+    # 6 demos: one held out, so BC has a validation loss to choose an epoch by; at this high
+    # learning rate it overfits the five others after a few epochs
+    def clone(keep: str):
+        return cloned_start_policy(
+            "reach", {"obs_mode": "state", "max_episode_steps": 30},
+            TokenPolicyConfig(kind="mlp", hidden=16), demos=6, epochs=8, difficulty=0.0,
+            demo_dir=tmp_path, progress=False, bc_lr=0.05, bc_keep=keep)
+
+    (best_policy, best), (last_policy, last) = clone("best_val_loss"), clone("last")
+    assert best["bc/best_epoch"] < 8 and best["bc/kept_epoch"] == best["bc/best_epoch"]
+    assert last["bc/kept_epoch"] == 8
+    # the same seed and demos: the same training either way, only the weights handed on differ
+    assert best["bc/best_epoch"] == last["bc/best_epoch"]
+    assert best["bc/best_val_loss"] < last["bc/val_loss"]
+    assert not all(torch.equal(a, b) for a, b in zip(best_policy.state_dict().values(),
+                                                     last_policy.state_dict().values(),
+                                                     strict=True))
+
+
 def test_demos_of_an_older_task_version_are_not_reused(tmp_path, monkeypatch):
     # reach's version 2 moved its goals (2026-12-03): version-1 caches must not be read back
     current = demo_file(tmp_path, "reach", {"obs_mode": "state"}, 5, 1.0)
@@ -165,6 +185,8 @@ def test_bad_options_are_refused_by_name(tmp_path):
         harness_config.compose([*base, "algo.bc_noise=0.5"])  # no algo.bc_demos
     with pytest.raises(ConfigError, match="algo.bc_lr=0.0; must be > 0"):
         harness_config.compose([*base, "algo.bc_lr=0.0"])
+    with pytest.raises(ConfigError, match="algo.bc_keep='best'; choose one of"):
+        harness_config.compose([*base, "algo.bc_keep=best"])
     for key, value in (("state_pretrain_shift_pad", -1), ("bc_shift_pad", -4)):
         with pytest.raises(ConfigError, match=f"algo.{key}={value}; must be >= 0"):
             harness_config.compose([*base, f"algo.{key}={value}"])
@@ -180,6 +202,7 @@ def test_bad_options_are_refused_by_name(tmp_path):
     # today's recipe unless switched on: BC shifts pixels by up to 4, pretraining does not
     assert (cfg.algo.bc_shift_pad, cfg.algo.state_pretrain_shift_pad) == (4, 0)
     assert cfg.algo.bc_lr == 3e-3  # pretrain_bc's own default
+    assert cfg.algo.bc_keep == "last"  # likewise
 
 
 def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path):

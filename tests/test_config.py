@@ -297,3 +297,15 @@ def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
     control = compose(["+experiment=push_full_pixels", "algo.start_states=demo"]).algo
     assert (control.start_states, control.start_demos) == ("demo", 20)
+
+
+def test_tiny_vla_reach_is_hf_vla_reach_with_another_policy():
+    """docs/vla.md compares the two on the same task, budget and group settings: only the
+    policy and the start recipe that the hf_vla command line sets differ."""
+    tiny = compose(["+experiment=tiny_vla_reach"])
+    hf = compose(["+experiment=hf_vla_reach", "algo.bc_demos=300", "algo.bc_noise=0.5",
+                  "algo.state_pretrain_episodes=200"])
+    assert (tiny.policy.name, hf.policy.name) == ("tiny_vla", "hf_vla")
+    for part in ("task", "algo", "eval"):
+        assert getattr(tiny, part) == getattr(hf, part), part
+    assert (tiny.torch_threads, tiny.policy.num_bins) == (hf.torch_threads, hf.policy.num_bins)

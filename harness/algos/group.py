@@ -98,6 +98,7 @@ def _initial_policy(cfg, observation_space, device) -> tuple[TokenPolicy, dict[s
             state_pretrain_shift_pad=algo.state_pretrain_shift_pad,
             bc_shift_pad=algo.bc_shift_pad,
             bc_lr=algo.bc_lr,
+            bc_keep=algo.bc_keep,
             device=str(device),
             dataset=algo.bc_dataset,
             noise=algo.bc_noise,

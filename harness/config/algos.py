@@ -16,6 +16,8 @@ from harness.lerobot import read_info
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
+# The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
+BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
 
 
 @dataclass
@@ -256,6 +258,9 @@ class GroupAlgoConfig(AlgoConfig):
             (the default) trains on the frames as rendered.
         bc_shift_pad: The same augmentation of the pixels in behaviour cloning; 4 by default,
             0 switches it off. Neither augmentation touches evaluation or rollouts.
+        bc_keep: Which weights behaviour cloning hands on: ``last`` (the last epoch's, the
+            default) or ``best_val_loss`` (the epoch with the lowest loss on the held-out demos;
+            early stopping for a policy that overfits a few demos).
         freeze_encoder: Fine-tune only what reads the image features (fusion MLP and heads) of
             a pixel policy, keeping its image encoder as BC left it; the update then encodes
             each frame once per iteration instead of once per epoch and minibatch.
@@ -301,6 +306,7 @@ class GroupAlgoConfig(AlgoConfig):
     state_pretrain_epochs: int = 15
     state_pretrain_shift_pad: int = 0
     bc_shift_pad: int = 4
+    bc_keep: str = "last"
     freeze_encoder: bool = False
     start_states: str = "reset"
     start_weights: dict[str, float | None] = field(
@@ -344,6 +350,8 @@ class GroupAlgoConfig(AlgoConfig):
         for key in ("bc_demos", "state_pretrain_episodes"):
             check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
         check(self.bc_lr > 0, f"algo.bc_lr={self.bc_lr}; must be > 0")
+        check(self.bc_keep in BC_KEEP,
+              f"algo.bc_keep={self.bc_keep!r}; choose one of {BC_KEEP}")
         for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
             check(getattr(self, key) >= 0,
                   f"algo.{key}={getattr(self, key)}; must be >= 0 (a shift in pixels)")
