@@ -25,8 +25,6 @@ from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
 
-KEEP_CHOICES: tuple[str, ...] = BC_KEEP
-
 
 def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
     """Shift each image by up to ``pad`` pixels in x and y, repeating the border (DrQ).
@@ -128,8 +126,8 @@ def pretrain_bc(
         )
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction={val_fraction}; expected a number in [0, 1)")
-    if keep not in KEEP_CHOICES:
-        raise ValueError(f"keep={keep!r}; choose one of {KEEP_CHOICES}")
+    if keep not in BC_KEEP:
+        raise ValueError(f"keep={keep!r}; choose one of {BC_KEEP}")
     device = next(policy.parameters()).device
     obs = _policy_inputs(policy, demos, device)
     tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
