@@ -48,10 +48,12 @@ def weak_bc_policy(tmp_path_factory):
 
 
 def test_fine_tuning_raises_success_from_a_weak_start(tmp_path, weak_bc_policy):
-    summary, metrics = train(tmp_path, "run", "algo.iterations=40", "task.difficulty=1.0",
+    summary, metrics = train(tmp_path, "run", "algo.iterations=60", "task.difficulty=1.0",
                              f"algo.init_policy={weak_bc_policy}")
     success = [value for _, value in metrics["rollout/success_rate"]]
-    early, late = np.mean(success[:5]), np.mean(success[-5:])  # 180 attempts each
+    # 180 attempts at first, 360 at the end: a window of five iterations swings by 0.1 or more
+    # from one to the next (0.54 -> 0.62 after 40 iterations on one processor, 0.86 after 80)
+    early, late = np.mean(success[:5]), np.mean(success[-10:])
     assert early < 0.7, f"the fresh policy should start weak, got {early:.2f}"
     assert late >= early + 0.15, f"success went {early:.2f} -> {late:.2f}"
     for key in ("rollout/zero_signal_fraction", "train/clip_fraction", "train/approx_kl",
