@@ -115,11 +115,12 @@ def test_group_trainer_runs_hf_vla_on_cuda(tmp_path, monkeypatch, mode, dtype):
     plays every attempt with that one policy, per-worker mode with CPU copies in 2 workers."""
     monkeypatch.chdir(tmp_path)
     cfg = harness_config.compose([
+        # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
         "task=reach", "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=6",
-        "policy=hf_vla", "policy.model=tiny:paligemma", f"policy.dtype={dtype}", "algo=grpo",
-        "device=cuda", f"algo.rollout.mode={mode}", "algo.workers=2", "algo.bc_demos=2",
-        "algo.bc_epochs=2", "algo.num_start_states=2", "algo.group_size=4",
-        "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
+        "task.difficulty=0.2", "policy=hf_vla", "policy.model=tiny:paligemma",
+        f"policy.dtype={dtype}", "algo=grpo", "device=cuda", f"algo.rollout.mode={mode}",
+        "algo.workers=2", "algo.bc_demos=2", "algo.bc_epochs=2", "algo.num_start_states=2",
+        "algo.group_size=4", "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
     assert summary["iterations"] == 2
     assert math.isfinite(summary["success_rate"])
