@@ -1,8 +1,11 @@
 """The CUDA paths: policies on a GPU give the CPU's numbers, bfloat16 trains LoRA adapters, and
 the group trainer and SB3 run end to end with ``device=cuda``. Real models, real pixels.
 
-Marked ``gpu`` and left out of the default run (``pyproject.toml``); on a machine with a CUDA
-device run ``python -m pytest -m gpu tests/test_gpu.py`` (docs/vla.md says when it last ran).
+The CUDA tests are marked ``gpu`` and left out of the default run (``pyproject.toml``); on a
+machine with a CUDA device run ``python -m pytest -m gpu tests/test_gpu.py`` (docs/vla.md says
+when it last ran). The end-to-end set-ups also run with ``device=cpu`` in the default run, so
+that a change elsewhere (a task's difficulty, a default) which breaks them shows on a machine
+without a GPU too.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from harness import config as harness_config
 from harness import trainers
 from harness.policies import TokenPolicyConfig, make, obs_to_batch
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+CUDA = [pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+ON_BOTH = [pytest.param("cpu"), pytest.param("cuda", marks=CUDA)]
 
 MODELS = ["tiny:paligemma", "tiny:idefics3"]
 QUIET = ["eval.every_steps=0", "eval.final_episodes=2", "logger.videos=false",
@@ -60,6 +64,8 @@ def hf_policy(env, model: str, **options):
     return make(config, env.observation_space).eval()
 
 
+@pytest.mark.gpu
+@CUDA[1]
 @pytest.mark.parametrize("model", MODELS)
 def test_hf_vla_on_cuda_gives_the_cpu_log_probs_and_actions(env, obs, model):
     cpu = hf_policy(env, model)
@@ -80,6 +86,8 @@ def test_hf_vla_on_cuda_gives_the_cpu_log_probs_and_actions(env, obs, model):
                            cpu.act(obs, uniforms=uniforms)[0])
 
 
+@pytest.mark.gpu
+@CUDA[1]
 def test_hf_vla_bfloat16_on_cuda_trains_the_adapters_and_keeps_the_reference(env, obs):
     full = hf_policy(env, "tiny:paligemma", lora_rank=8).to("cuda")
     half = hf_policy(env, "tiny:paligemma", lora_rank=8, dtype="bfloat16").to("cuda")
@@ -108,21 +116,24 @@ def test_hf_vla_bfloat16_on_cuda_trains_the_adapters_and_keeps_the_reference(env
         assert torch.equal(reference.log_prob(batch, tokens), start)  # adapters off: unmoved
 
 
-@pytest.mark.parametrize(("mode", "dtype"), [("batched", "float32"), ("per_worker", "float32"),
-                                             ("batched", "bfloat16")])
-def test_group_trainer_runs_hf_vla_on_cuda(tmp_path, monkeypatch, mode, dtype):
-    """Demos -> BC -> 2 GRPO iterations -> evaluation with the learner on the GPU; batched mode
-    plays every attempt with that one policy, per-worker mode with CPU copies in 2 workers."""
+@pytest.mark.parametrize(("device", "mode", "dtype"), [
+    ("cpu", "batched", "float32"),
+    pytest.param("cuda", "batched", "float32", marks=CUDA),
+    pytest.param("cuda", "per_worker", "float32", marks=CUDA),
+    pytest.param("cuda", "batched", "bfloat16", marks=CUDA)])
+def test_group_trainer_runs_hf_vla(tmp_path, monkeypatch, device, mode, dtype):
+    """Demos -> BC -> 2 GRPO iterations -> evaluation with the learner on ``device``; batched
+    mode plays every attempt with that one policy, per-worker mode with CPU copies in 2 workers."""
     monkeypatch.chdir(tmp_path)
     cfg = harness_config.compose([
         # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
         "task=reach", "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=6",
         "task.difficulty=0.2", "policy=hf_vla", "policy.model=tiny:paligemma",
-        f"policy.dtype={dtype}", "algo=grpo", "device=cuda", f"algo.rollout.mode={mode}",
+        f"policy.dtype={dtype}", "algo=grpo", f"device={device}", f"algo.rollout.mode={mode}",
         "algo.workers=2", "algo.bc_demos=2", "algo.bc_epochs=2", "algo.num_start_states=2",
         "algo.group_size=4", "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
-    assert summary["iterations"] == 2
+    assert summary["iterations"] == 2 and summary["device"] == device
     assert math.isfinite(summary["success_rate"])
     from harness.algos.group import read_checkpoint
 
@@ -130,23 +141,25 @@ def test_group_trainer_runs_hf_vla_on_cuda(tmp_path, monkeypatch, mode, dtype):
     assert all(v.device.type == "cpu" for v in state["trainer"]["policy"].values())
 
 
+@pytest.mark.parametrize("device", ON_BOTH)
 @pytest.mark.parametrize("policy", ["tiny_vla", "mlp"])
-def test_group_trainer_runs_the_small_policies_on_cuda(tmp_path, monkeypatch, policy):
+def test_group_trainer_runs_the_small_policies(tmp_path, monkeypatch, policy, device):
     monkeypatch.chdir(tmp_path)
     obs_mode = "pixels" if policy == "tiny_vla" else "state"
     cfg = harness_config.compose([
         "task=reach", f"task.obs_mode={obs_mode}", "task.image_size=32",
-        "task.max_episode_steps=10", f"policy={policy}", "algo=grpo", "device=cuda",
+        "task.max_episode_steps=10", f"policy={policy}", "algo=grpo", f"device={device}",
         "algo.bc_demos=2", "algo.bc_epochs=2", "algo.num_start_states=2", "algo.group_size=4",
         "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
-    assert summary["iterations"] == 2
+    assert summary["iterations"] == 2 and summary["device"] == device
 
 
-def test_sb3_ppo_runs_on_cuda(tmp_path, monkeypatch):
+@pytest.mark.parametrize("device", ON_BOTH)
+def test_sb3_ppo_runs(tmp_path, monkeypatch, device):
     monkeypatch.chdir(tmp_path)
     cfg = harness_config.compose([
         "task=reach", "task.obs_mode=state", "task.max_episode_steps=20", "policy=mlp",
-        "algo=ppo", "device=cuda", "total_timesteps=512", "algo.n_steps=128", *QUIET])
+        "algo=ppo", f"device={device}", "total_timesteps=512", "algo.n_steps=128", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
     assert summary["env_steps"] >= 512 and math.isfinite(summary["success_rate"])
