@@ -25,8 +25,8 @@ from harness import config as harness_config
 from harness import trainers
 from harness.policies import TokenPolicyConfig, make, obs_to_batch
 
-CUDA = [pytest.mark.gpu,
-        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = [pytest.mark.gpu, needs_cuda]
 ON_BOTH = [pytest.param("cpu"), pytest.param("cuda", marks=CUDA)]
 
 MODELS = ["tiny:paligemma", "tiny:idefics3"]
@@ -65,7 +65,7 @@ def hf_policy(env, model: str, **options):
 
 
 @pytest.mark.gpu
-@CUDA[1]
+@needs_cuda
 @pytest.mark.parametrize("model", MODELS)
 def test_hf_vla_on_cuda_gives_the_cpu_log_probs_and_actions(env, obs, model):
     cpu = hf_policy(env, model)
@@ -87,7 +87,7 @@ def test_hf_vla_on_cuda_gives_the_cpu_log_probs_and_actions(env, obs, model):
 
 
 @pytest.mark.gpu
-@CUDA[1]
+@needs_cuda
 def test_hf_vla_bfloat16_on_cuda_trains_the_adapters_and_keeps_the_reference(env, obs):
     full = hf_policy(env, "tiny:paligemma", lora_rank=8).to("cuda")
     half = hf_policy(env, "tiny:paligemma", lora_rank=8, dtype="bfloat16").to("cuda")
