@@ -11,7 +11,7 @@ policy sets ``HAS_REFERENCE_POLICY = True`` and accepts ``reference=True`` to lo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,8 @@ def evaluate_checkpoint(
     sampled: bool = False,
     reference: bool = False,
     domain: Mapping[str, Any] | None = None,
+    wrap: Callable[[gym.Env], gym.Env] | None = None,
+    max_episode_steps: int | None = None,
 ) -> tuple[EvaluationResult, dict[str, Any]]:
     """Evaluate a saved checkpoint on the task it was trained on, in its training domain or in
     ``domain``.
@@ -140,6 +142,11 @@ def evaluate_checkpoint(
             (:func:`domain_options`); the seeds stay the same, but a randomised reset draws its
             parameters before the start state, so the start states differ from the nominal
             domain's.
+        wrap: Wraps each environment the evaluation builds (e.g.
+            :class:`harness.outcomes.OutcomeRecorder`); it must leave observations and actions
+            as they are.
+        max_episode_steps: Each episode's step limit; defaults to the training run's evaluation
+            limit (``eval.max_episode_steps``), else its training limit.
 
     Returns:
         ``(result, metadata)``.
@@ -150,7 +157,8 @@ def evaluate_checkpoint(
             ``domain`` (checked before the policy is loaded).
     """
     path, metadata = resolve_checkpoint(checkpoint)
-    env_factory = task_env_factory(metadata, render=video_episodes > 0, domain=domain)
+    make_env = task_env_factory(metadata, render=video_episodes > 0, domain=domain)
+    env_factory = make_env if wrap is None else (lambda: wrap(make_env()))
     policy_fn = load_policy(path, metadata, device, sampled=sampled, reference=reference)
     evaluation = metadata.get("evaluation", {})
     if difficulties is None:
@@ -159,8 +167,10 @@ def evaluate_checkpoint(
         ]
     if seed is None:
         seed = int(evaluation.get("seed", 1_000_000))
+    if max_episode_steps is None:
+        max_episode_steps = evaluation.get("max_episode_steps")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         result = evaluate(policy_fn, env_factory, episodes, list(difficulties), seed,
-                          video_episodes)
+                          video_episodes, max_episode_steps)
     return result, metadata

@@ -127,6 +127,7 @@ def evaluate(
     difficulties: Sequence[float] = (1.0,),
     seed: int = 0,
     video_episodes: int = 0,
+    max_episode_steps: int | None = None,
 ) -> EvaluationResult:
     """Play ``episodes`` episodes at each difficulty and collect their outcomes.
 
@@ -143,6 +144,8 @@ def evaluate(
         seed: Seed of the first episode.
         video_episodes: Episodes (the first ones of the first difficulty) whose ``render()``
             frames are kept in ``result.videos``.
+        max_episode_steps: Each episode's step limit (the ``max_episode_steps`` reset option
+            of the task environments); ``None`` keeps the environment's own.
 
     Returns:
         The episodes and recorded frames.
@@ -162,7 +165,10 @@ def evaluate(
         for difficulty in difficulties:
             for j in range(episodes):
                 record = len(videos) < video_episodes and difficulty == difficulties[0]
-                obs, info = env.reset(seed=seed + j, options={"difficulty": float(difficulty)})
+                options = {"difficulty": float(difficulty)}
+                if max_episode_steps is not None:
+                    options["max_episode_steps"] = int(max_episode_steps)
+                obs, info = env.reset(seed=seed + j, options=options)
                 frames = [_frame(env)] if record else []
                 total, length, done = 0.0, 0, False
                 while not done:

@@ -7,15 +7,16 @@ loader (``harness.checkpoints.evaluate_checkpoint``: SB3 for ppo/a2c/trpo,
 ``harness.algos.group`` otherwise). Prints the success rate with its 95% Wilson interval, the mean
 episode length and a per-difficulty table.
 
-Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty),
-``difficulties=[0.5,1.0]`` (default: the training run's), ``seed`` (default: the training run's
-held-out evaluation seed), ``video=<file.mp4>`` (records ``video_episodes`` episodes),
-``output=<file.json>``, ``device``, ``sampled=true`` (sample actions instead of the greedy ones;
-group fine-tuning optimises the sampled policy), ``reference=true`` (group-trainer checkpoints:
-the frozen start policy, e.g. the BC policy, stored in the same file), ``domain`` (``trained``:
-the run's ``task.randomization`` and ``task.imperfections``; ``nominal``: both off), and
-``randomization`` / ``imperfections``: a non-empty block replaces that block of ``domain``
-whole, so ``domain=nominal +randomization.enabled=true +randomization.friction=[0.3,2.0]
+Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty), ``difficulties=[0.5,1.0]``
+(default: the training run's), ``seed`` (default: the training run's held-out evaluation seed),
+``max_episode_steps`` (each episode's step limit; default: the training run's
+``eval.max_episode_steps``, else its training limit), ``video=<file.mp4>`` (records
+``video_episodes`` episodes), ``output=<file.json>``, ``device``, ``sampled=true`` (sample actions
+instead of the greedy ones; group fine-tuning optimises the sampled policy), ``reference=true``
+(group-trainer checkpoints: the frozen start policy, e.g. the BC policy, stored in the same file),
+``domain`` (``trained``: the run's ``task.randomization`` and ``task.imperfections``; ``nominal``:
+both off), and ``randomization`` / ``imperfections``: a non-empty block replaces that block of
+``domain`` whole, so ``domain=nominal +randomization.enabled=true +randomization.friction=[0.3,2.0]
 +imperfections.action_latency=2`` is a held-out randomised domain (docs/sim_to_real.md).
 """
 
@@ -48,6 +49,7 @@ class EvaluateConfig:
     episodes: int = 100
     difficulties: list[float] | None = None
     seed: int | None = None
+    max_episode_steps: int | None = None
     video: str | None = None
     video_episodes: int = 1
     output: str | None = None
@@ -74,6 +76,8 @@ class EvaluateConfig:
                                  " (null: the training run's)")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed={self.seed}; must be >= 0 or null")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps={self.max_episode_steps}; must be >= 1 or null")
         resolve_device(self.device)
         if self.domain not in DOMAINS:
             raise ValueError(f"domain={self.domain!r}; expected one of {list(DOMAINS)}")
@@ -118,6 +122,7 @@ def evaluate(cfg: DictConfig) -> None:
             args.checkpoint, args.episodes, args.difficulties, args.seed,
             args.video_episodes if args.video else 0, args.device,
             sampled=args.sampled, reference=args.reference, domain=args.blocks(),
+            max_episode_steps=args.max_episode_steps,
         )
     except (CheckpointError, ValueError) as error:
         fail(str(error))

@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 
 from tasks import language, scene
-from tasks.checks import check_action
+from tasks.checks import check_action, check_int
 from tasks.config import OBS_MODES, TaskConfig, check_difficulty, resolve_difficulty
 from tasks.randomization import DomainRandomizer, RandomizationConfig
 from tasks.rendering import Cameras, camera_views
@@ -70,12 +70,14 @@ class ManipulationEnv(gym.Env):
     ``snapshot`` (restore exactly), ``instruction`` (override the text; must use the task's
     vocabulary), ``randomization`` (this episode's randomisation ranges, e.g. from ADR:
     ``RandomizationConfig.with_ranges``), ``noise_key`` and ``imperfections`` (this episode's
-    scales of the imperfection levels, e.g. from ADR; both read by :mod:`tasks.wrappers`).
+    scales of the imperfection levels, e.g. from ADR; both read by :mod:`tasks.wrappers`),
+    ``max_episode_steps`` (this episode's limit, e.g. an evaluation played at a longer horizon
+    than training; the next reset without it goes back to the configured one).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 25}
     reset_option_keys = ("difficulty", "snapshot", "instruction", "randomization", "noise_key",
-                         "imperfections")
+                         "imperfections", "max_episode_steps")
 
     def __init__(self, task: Task, config: TaskConfig, render_mode: str | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
@@ -92,6 +94,7 @@ class ManipulationEnv(gym.Env):
             )
         self.reward_weights.update(config.reward_weights)
         self.max_episode_steps = int(config.max_episode_steps or task.max_episode_steps)
+        self.configured_max_episode_steps = self.max_episode_steps  # a reset option overrides
         self.substeps = int(config.substeps)  # per control step (tasks.wrappers may vary it)
 
         spec = scene.new_spec(scene.SceneOptions(config.timestep, config.substeps))
@@ -166,6 +169,9 @@ class ManipulationEnv(gym.Env):
             raise ValueError(
                 f"unknown reset option(s) {unknown}; allowed: {list(self.reset_option_keys)}"
             )
+        horizon = options.get("max_episode_steps")
+        self.max_episode_steps = (self.configured_max_episode_steps if horizon is None else
+                                  check_int("reset option max_episode_steps", horizon, 1))
         if options.get("snapshot") is not None:
             snapshot = options["snapshot"]
             if not isinstance(snapshot, Snapshot):

@@ -135,6 +135,9 @@ class Push(Task):
         return tuple(f"cube_{colour}" for colour, weld in zip(CUBES, self.park_welds, strict=True)
                      if not env.data.eq_active[weld])
 
+    def named_object(self, env: TaskEnv) -> str:
+        return f"cube_{CUBES[self.state['target']]}"
+
     def reward_terms(self, env: TaskEnv, success: bool) -> dict[str, float]:
         cube = self.cube_position(env)
         return {

@@ -117,6 +117,13 @@ class Task:
         always displaced)."""
         return ()
 
+    def named_object(self, env: TaskEnv) -> str | None:
+        """The joint (one of :meth:`movable_objects`) of the object success depends on, the one
+        the instruction names; by default the only movable object, ``None`` with none or several
+        (:mod:`harness.outcomes` reads it)."""
+        objects = self.movable_objects(env)
+        return objects[0] if len(objects) == 1 else None
+
     @contextmanager
     def aiming_at(self, goal: np.ndarray | None) -> Iterator[None]:
         """Within the block the expert aims at ``goal`` instead of the task's goal (``None``:

@@ -437,11 +437,34 @@ def test_bad_options_raise_clear_errors(call, match):
     ({"seed_state": 1}, r"unknown reset option.*allowed"),
     ({"snapshot": "abc"}, r"expected a tasks.Snapshot"),
     ({"instruction": "fly to the moon"}, r"'fly' .*not in the vocabulary"),
+    ({"max_episode_steps": 0}, r"max_episode_steps=0; expected an integer >= 1"),
+    ({"max_episode_steps": 2.5}, r"max_episode_steps=2.5; expected an integer >= 1"),
 ])
 def test_bad_reset_options_raise(options, match):
     env = tasks.make("push")
     with pytest.raises(ValueError, match=match):
         env.reset(seed=0, options=options)
+
+
+def test_a_reset_option_sets_one_episodes_step_limit():
+    env = tasks.make("push", max_episode_steps=4)
+
+    def length(**options):
+        env.reset(seed=0, options=options or None)
+        steps, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(np.zeros(4))
+            steps, done = steps + 1, terminated or truncated
+        return steps
+
+    assert length() == 4
+    assert length(max_episode_steps=7) == 7
+    assert length() == 4  # back to the configured limit
+    env.reset(seed=1)
+    snapshot = env.unwrapped.snapshot()
+    assert length(snapshot=snapshot, max_episode_steps=6) == 6  # restores too
+    assert length(snapshot=snapshot) == 4
+    env.close()
 
 
 def test_step_before_reset_raises():

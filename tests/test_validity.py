@@ -316,15 +316,15 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
     seeds = []
     real = group.evaluate
 
-    def spy(policy_fn, env_factory, episodes, difficulties, seed, videos=0):
+    def spy(policy_fn, env_factory, episodes, difficulties, seed, *rest):
         seeds.append((seed, episodes))
-        return real(policy_fn, env_factory, episodes, difficulties, seed, videos)
+        return real(policy_fn, env_factory, episodes, difficulties, seed, *rest)
 
     real_pooled = group.evaluate_in_pool
 
-    def spy_pooled(pool, policy, env, episodes, difficulties, seed):  # the greedy evaluations
+    def spy_pooled(pool, policy, env, episodes, difficulties, seed, *rest):  # the greedy ones
         seeds.append((seed, episodes))
-        return real_pooled(pool, policy, env, episodes, difficulties, seed)
+        return real_pooled(pool, policy, env, episodes, difficulties, seed, *rest)
 
     monkeypatch.setattr(group, "evaluate", spy)
     monkeypatch.setattr(group, "evaluate_in_pool", spy_pooled)
@@ -333,6 +333,28 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
     final = [seed for seed, episodes in seeds if episodes == 10]
     assert periodic and set(periodic) == {2_000_000}
     assert final and set(final) == {1_000_000}
+
+
+def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_path):
+    from harness.checkpoints import evaluate_checkpoint
+
+    # reach at difficulty 1 with 3 attempt steps and 9 evaluation steps: nothing succeeds that
+    # fast, so every evaluation episode runs to its limit
+    summary, metrics = train(tmp_path, "run", "task.difficulty=1.0", "task.max_episode_steps=3",
+                             "eval.max_episode_steps=9", "algo.iterations=1")
+    assert summary["mean_episode_length"] == 9
+    assert metrics["start/mean_length"][0][1] == 9
+    assert metrics["final_sampled/mean_length"][0][1] == 9  # sampled, in this process
+    assert metrics["rollout/mean_length_steps"][0][1] == 3
+    metadata = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    assert metadata["evaluation"]["max_episode_steps"] == 9
+    result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2)
+    assert [e.length for e in result.episodes] == [9, 9]  # the run's limit, by default
+    result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2,
+                                    max_episode_steps=4)
+    assert [e.length for e in result.episodes] == [4, 4]
+    with pytest.raises(ConfigError, match=r"eval.max_episode_steps=0; must be >= 1 or null"):
+        compose("eval.max_episode_steps=0")
 
 
 def test_time_guard_is_recorded(tmp_path):

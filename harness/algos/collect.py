@@ -233,7 +233,8 @@ def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- evaluation
-def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int):
+def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int,
+                     max_episode_steps: int | None = None):
     """Greedy evaluation through the rollout pool: :func:`harness.evaluation.evaluate`'s
     episodes, played in lock-step by the pool's workers with batched policy calls.
 
@@ -250,6 +251,8 @@ def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int):
         episodes: Episodes per difficulty.
         difficulties: Difficulties in [0, 1].
         seed: Seed of the first episode.
+        max_episode_steps: Each episode's step limit (a reset option of the workers'
+            environments); ``None`` keeps the pool's, the training attempts' limit.
 
     Returns:
         A :class:`harness.evaluation.EvaluationResult` without videos.
@@ -262,11 +265,13 @@ def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int):
     if not difficulties:
         raise ValueError("difficulties is empty; give at least one difficulty in [0, 1]")
     jobs, starts = [], []
+    options = {"noise_key": 0}
+    if max_episode_steps is not None:
+        options["max_episode_steps"] = int(max_episode_steps)
     for difficulty in difficulties:
         for j in range(episodes):
             env.reset(seed=seed + j, options={"difficulty": float(difficulty)})
-            jobs.append((env.unwrapped.snapshot(), len(jobs), float(difficulty),
-                         {"noise_key": 0}))
+            jobs.append((env.unwrapped.snapshot(), len(jobs), float(difficulty), options))
             starts.append((float(difficulty), seed + j))
     batch = pool.run(policy, jobs, 0.0, seed)
     return EvaluationResult([

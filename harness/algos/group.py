@@ -227,7 +227,8 @@ def train(cfg, run) -> dict[str, Any]:
 
         extra = {"iteration": iteration,
                  "evaluation": {"difficulties": eval_difficulties, "seed": cfg.eval.seed,
-                                "validation_seed": cfg.eval.validation_seed}}
+                                "validation_seed": cfg.eval.validation_seed,
+                                "max_episode_steps": cfg.eval.max_episode_steps}}
         if result is not None:
             extra["validation_success_rate"] = result.success_rate
         run.save_checkpoint(name, ".pt", write, run.checkpoint_metadata(env_steps, **extra))
@@ -241,13 +242,14 @@ def train(cfg, run) -> dict[str, Any]:
         process, one episode after the other."""
         which.eval()
         if not sampled and not videos:
-            result = evaluate_in_pool(pool, which, probe, episodes, eval_difficulties, seed)
+            result = evaluate_in_pool(pool, which, probe, episodes, eval_difficulties, seed,
+                                      cfg.eval.max_episode_steps)
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 result = evaluate(_policy_fn(which, sampled, algo.temperature),
                                   env_factory(render=videos > 0), episodes, eval_difficulties,
-                                  seed, videos)
+                                  seed, videos, cfg.eval.max_episode_steps)
         which.train()
         return result
 

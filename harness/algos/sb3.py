@@ -138,7 +138,8 @@ class SB3Trainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return evaluate(make_policy_fn(self.model, self.obs_spec, sampled), env_factory,
-                            episodes, self.eval_difficulties, seed, record)
+                            episodes, self.eval_difficulties, seed, record,
+                            config.eval.max_episode_steps)
 
     def periodic_evaluation(self, steps: int) -> EvaluationResult:
         """On the validation seeds, which choose the ``best`` checkpoint."""
@@ -167,7 +168,8 @@ class SB3Trainer:
             observation=self.obs_spec,
             evaluation={"seed": self.config.eval.seed,
                         "validation_seed": self.config.eval.validation_seed,
-                        "difficulties": self.eval_difficulties},
+                        "difficulties": self.eval_difficulties,
+                        "max_episode_steps": self.config.eval.max_episode_steps},
             trainer_state={
                 "curriculum": self.curriculum.state_dict(),
                 "adr": self.adr.state_dict() if self.adr is not None else None,

@@ -102,6 +102,10 @@ class EvalConfig:
         seed: First test seed.
         validation_seed: First validation seed.
         video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
+        max_episode_steps: Step limit of every evaluation episode (periodic, final and the
+            start policy's); ``None`` plays ``task.max_episode_steps``, the training attempts'
+            limit. A longer one scores the task's own horizon while training attempts stay
+            short (``+experiment=push_full_pixels``).
     """
 
     every_steps: int = 10_000
@@ -111,8 +115,12 @@ class EvalConfig:
     seed: int = 1_000_000
     validation_seed: int = 2_000_000
     video_episodes: int = 1
+    max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
+        check(self.max_episode_steps is None or self.max_episode_steps >= 1,
+              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null (the "
+              "training limit, task.max_episode_steps)")
         for key in ("seed", "validation_seed"):
             check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
         for key in ("every_steps", "video_episodes"):
