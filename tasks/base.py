@@ -66,13 +66,11 @@ class ManipulationEnv(gym.Env):
     (``terminate_on_success``); ``truncated`` after ``max_episode_steps`` or on a physics error
     (``info["physics_error"]``).
 
-    **Reset options**: ``difficulty`` (float in [0, 1] or a dict of the task's named levels),
-    ``snapshot`` (restore exactly), ``instruction`` (override the text; must use the task's
-    vocabulary), ``randomization`` (this episode's randomisation ranges, e.g. from ADR:
-    ``RandomizationConfig.with_ranges``), ``noise_key`` and ``imperfections`` (this episode's
-    scales of the imperfection levels, e.g. from ADR; both read by :mod:`tasks.wrappers`),
-    ``max_episode_steps`` (this episode's limit, e.g. an evaluation played at a longer horizon
-    than training; the next reset without it goes back to the configured one).
+    **Reset options**: ``difficulty`` (in [0, 1], or a dict of the task's named levels),
+    ``snapshot`` (restore exactly), ``instruction`` (override the text, in the task's vocabulary),
+    ``randomization`` (this episode's ranges, ``RandomizationConfig.with_ranges``), ``noise_key``
+    and ``imperfections`` (its imperfection scales; :mod:`tasks.wrappers`), ``max_episode_steps``
+    (its step limit; a reset without it goes back to the configured one).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 25}
@@ -169,9 +167,9 @@ class ManipulationEnv(gym.Env):
             raise ValueError(
                 f"unknown reset option(s) {unknown}; allowed: {list(self.reset_option_keys)}"
             )
-        horizon = options.get("max_episode_steps")
-        self.max_episode_steps = (self.configured_max_episode_steps if horizon is None else
-                                  check_int("reset option max_episode_steps", horizon, 1))
+        limit = options.get("max_episode_steps")  # this episode's, else the configured one
+        self.max_episode_steps = (self.configured_max_episode_steps if limit is None else
+                                  check_int("reset option max_episode_steps", limit, 1))
         if options.get("snapshot") is not None:
             snapshot = options["snapshot"]
             if not isinstance(snapshot, Snapshot):
@@ -252,12 +250,9 @@ class ManipulationEnv(gym.Env):
         return self._cameras.render(self.data, self._camera_id, height, width, "high")
 
     def render_camera(self, camera: str, size: int | None = None, quality: str | None = None):
-        """Render one frame from any named camera (e.g. for detector data or figures).
-
-        ``camera`` may name several cameras joined by ``+`` (``"front+overhead"``): their
-        square frames are rendered at the same instant and returned side by side, left to right,
-        as one ``(size, n * size, 3)`` image (a multi-view detector's input).
-        """
+        """Render one frame from any named camera (e.g. for detector data or figures); cameras
+        joined by ``+`` (``"front+overhead"``) give their square frames of the same instant side
+        by side, left to right, as one ``(size, n * size, 3)`` image (a multi-view detector's)."""
         size = int(size or self.config.image_size)
         return self._cameras.render_views(self.data, camera, size,
                                           quality or self.config.render_quality)
@@ -273,10 +268,8 @@ class ManipulationEnv(gym.Env):
     def snapshot(self) -> Snapshot:
         """Capture the complete state: physics, task, step count, difficulty and RNG."""
         task_state = {key: plain_copy(value) for key, value in self.task.state.items()}
-        task_state.update(
-            steps=self.steps, difficulty=self.difficulty, levels=dict(self.levels),
-            gripper_cmd=self._gripper_cmd,
-        )
+        task_state.update(steps=self.steps, difficulty=self.difficulty, levels=dict(self.levels),
+                          gripper_cmd=self._gripper_cmd)
         return Snapshot(
             task=self.task.name,
             model_signature=self.model_signature,

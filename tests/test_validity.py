@@ -335,13 +335,15 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
     assert final and set(final) == {1_000_000}
 
 
-def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_path):
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_path, mode):
     from harness.checkpoints import evaluate_checkpoint
 
     # reach at difficulty 1 with 3 attempt steps and 9 evaluation steps: nothing succeeds that
     # fast, so every evaluation episode runs to its limit
     summary, metrics = train(tmp_path, "run", "task.difficulty=1.0", "task.max_episode_steps=3",
-                             "eval.max_episode_steps=9", "algo.iterations=1")
+                             "eval.max_episode_steps=9", "algo.iterations=1",
+                             f"algo.rollout.mode={mode}")
     assert summary["mean_episode_length"] == 9
     assert metrics["start/mean_length"][0][1] == 9
     assert metrics["final_sampled/mean_length"][0][1] == 9  # sampled, in this process

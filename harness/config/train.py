@@ -41,8 +41,7 @@ class WandbConfig:
         entity: W&B team or user (``None``: the account's default).
         group: Group of the run (``None``: the name of the folder holding the run directory,
             which for a job of a sweep is the sweep folder).
-        name: Name of the run (``None``: the run directory's name, ``<n>_<overrides>`` for a job
-            of a sweep).
+        name: Name of the run (``None``: the run directory's name, ``<n>_<overrides>`` in a sweep).
         mode: ``online``, ``offline`` or ``disabled`` (``None``: ``WANDB_MODE``, else online).
         tags: Tags of the run.
     """
@@ -102,10 +101,8 @@ class EvalConfig:
         seed: First test seed.
         validation_seed: First validation seed.
         video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
-        max_episode_steps: Step limit of every evaluation episode (periodic, final and the
-            start policy's); ``None`` plays ``task.max_episode_steps``, the training attempts'
-            limit. A longer one scores the task's own horizon while training attempts stay
-            short (``+experiment=push_full_pixels``).
+        max_episode_steps: Step limit of every evaluation episode, the start policy's included;
+            ``None``: ``task.max_episode_steps``, the training attempts' limit.
     """
 
     every_steps: int = 10_000
@@ -119,11 +116,8 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check(self.max_episode_steps is None or self.max_episode_steps >= 1,
-              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null (the "
-              "training limit, task.max_episode_steps)")
-        for key in ("seed", "validation_seed"):
-            check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
-        for key in ("every_steps", "video_episodes"):
+              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null")
+        for key in ("seed", "validation_seed", "every_steps", "video_episodes"):
             check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
         for key in ("episodes", "final_episodes"):
             check(getattr(self, key) >= 1, f"eval.{key}={getattr(self, key)}; must be >= 1")
@@ -168,12 +162,10 @@ class DetectorRefreshConfig:
         data: The detector's data file (HDF5): its train split is replayed in each batch and its
             val split chooses the threshold again; ``None``: the buffer alone, threshold kept.
         replay_fraction: Share of each batch drawn from ``data``'s train split.
-        target_precision: Precision the re-chosen threshold must reach on ``data``'s
-            validation split (and, with ``holdout``, on the held-out policy frames).
+        target_precision: Precision the re-chosen threshold must reach on ``data``'s val split.
         conservative_threshold: Require the precision's 95% lower bound to reach it.
-        holdout: Share of the labelled frames kept out of fine-tuning; the threshold is then
-            raised until their precision (the policy's own attempts) also reaches
-            ``target_precision``. 0: off, the threshold is chosen on ``data`` alone.
+        holdout: Share of the labelled frames kept out of fine-tuning, whose precision (the
+            policy's own attempts) the threshold must also reach; 0: ``data`` alone chooses it.
         hard_negative_share: Share of each batch's buffer frames drawn from its hard negatives
             (claimed successes labelled failures), so that they are fitted; 0: drawn uniformly.
     """
