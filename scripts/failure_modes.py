@@ -95,6 +95,11 @@ def play_run(run: Path, episodes: int, max_episode_steps: int | None = None
             **paired}
 
 
+def points(share: float) -> str:
+    """A difference of success rates in signed percentage points (``+0``, never ``-0``)."""
+    return f"{round(100 * share):+d}"
+
+
 def pool(runs: Sequence[Mapping[str, Any]], policy: str) -> dict[str, Any]:
     """One policy's counts and shares added up over runs."""
     counts = {name: sum(r["policies"][policy]["counts"][name] for r in runs) for name in OUTCOMES}
@@ -151,8 +156,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         low, high = runs[-1]["improvement_interval"]
         print(f"{run} (seed {runs[-1]['seed']}, {runs[-1]['max_episode_steps']} steps): " +
               "; ".join(f"{p} success {shares[p]['success']:.2f}" for p in POLICIES) +
-              f"; gain {100 * runs[-1]['improvement']:+.0f} points [{100 * low:+.0f}, "
-              f"{100 * high:+.0f}], McNemar p = {runs[-1]['improvement_p_value']:.2g}",
+              f"; gain {points(runs[-1]['improvement'])} points [{points(low)}, "
+              f"{points(high)}], McNemar p = {runs[-1]['improvement_p_value']:.2g}",
               flush=True)
     pooled = {p: pool(runs, p) for p in POLICIES}
     args.out.mkdir(parents=True, exist_ok=True)

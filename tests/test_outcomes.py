@@ -45,6 +45,11 @@ def test_classify_hand_made_cases(case, expected):
     assert classify(*case) == expected
 
 
+def test_points_are_signed_and_never_minus_zero():
+    assert [failure_modes.points(x) for x in (0.37, -0.004, 0.0, -0.126)] == \
+        ["+37", "+0", "+0", "-13"]
+
+
 def test_tally_counts_every_outcome_with_zeros():
     outcomes = [EpisodeOutcome(i, name, name == "success", 0.1, 0.0, 0.0, 5)
                 for i, name in enumerate(["success", "success", "moved nothing", "near miss"])]
