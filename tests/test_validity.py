@@ -335,19 +335,36 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
     assert final and set(final) == {1_000_000}
 
 
-@pytest.mark.parametrize("mode", ["per_worker", "batched"])
-def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_path, mode):
-    from harness.checkpoints import evaluate_checkpoint
-
+def _short_attempts_long_evaluations(tmp_path, *overrides):
     # reach at difficulty 1 with 3 attempt steps and 9 evaluation steps: nothing succeeds that
     # fast, so every evaluation episode runs to its limit
     summary, metrics = train(tmp_path, "run", "task.difficulty=1.0", "task.max_episode_steps=3",
-                             "eval.max_episode_steps=9", "algo.iterations=1",
-                             f"algo.rollout.mode={mode}")
+                             "eval.max_episode_steps=9", "algo.iterations=1", *overrides)
     assert summary["mean_episode_length"] == 9
     assert metrics["start/mean_length"][0][1] == 9
     assert metrics["final_sampled/mean_length"][0][1] == 9  # sampled, in this process
     assert metrics["rollout/mean_length_steps"][0][1] == 3
+    return summary, metrics
+
+
+def test_ray_actors_evaluate_with_the_evaluation_step_limit(tmp_path):
+    """The greedy evaluations in Ray actors play eval.max_episode_steps, the attempts the
+    task's limit, as in the process pool."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
+             log_to_driver=False)
+    try:
+        _short_attempts_long_evaluations(tmp_path, "algo.rollout.backend=ray", "algo.workers=2",
+                                         "algo.rollout.mode=per_worker")
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_path, mode):
+    from harness.checkpoints import evaluate_checkpoint
+
+    _short_attempts_long_evaluations(tmp_path, f"algo.rollout.mode={mode}")
     metadata = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     assert metadata["evaluation"]["max_episode_steps"] == 9
     result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2)
