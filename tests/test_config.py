@@ -286,9 +286,10 @@ def test_each_experiment_file_composes_and_validates(experiment):
 
 def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     """docs/results.md's pixel push figures: 200 DART demos, 4 instruction keypoints, 150 GRPO
-    iterations from resets on fast physics, 30 BC epochs keeping the best on validation (the
-    control only changes ``algo.start_states``; the 110-iteration rows name
-    ``algo.iterations=110``, the rows before 2026-12-04 ``algo.bc_epochs=15 algo.bc_keep=last``)."""
+    iterations of 8 groups of 16 attempts from resets on fast physics, 30 BC epochs keeping the
+    best on validation (the control only changes ``algo.start_states``; the 110-iteration rows
+    name ``algo.iterations=110``, the rows before 2026-12-04 ``algo.bc_epochs=15
+    algo.bc_keep=last``, those before 2026-12-05 ``algo.group_size=8 algo.num_start_states=16``)."""
     config = compose(["+experiment=push_full_pixels"])
     algo = config.algo
     assert (config.task.obs_mode, config.task.difficulty, config.task.physics) == \
@@ -297,6 +298,7 @@ def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     assert (algo.bc_demos, algo.bc_epochs, algo.bc_lr, algo.bc_noise) == (200, 30, 1e-3, 0.5)
     assert algo.bc_keep == "best_val_loss"
     assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
+    assert (algo.group_size, algo.num_start_states) == (16, 8)
     control = compose(["+experiment=push_full_pixels", "algo.start_states=demo"]).algo
     assert (control.start_states, control.start_demos) == ("demo", 20)
 

@@ -344,7 +344,6 @@ def _short_attempts_long_evaluations(tmp_path, *overrides):
     assert metrics["start/mean_length"][0][1] == 9
     assert metrics["final_sampled/mean_length"][0][1] == 9  # sampled, in this process
     assert metrics["rollout/mean_length_steps"][0][1] == 3
-    return summary, metrics
 
 
 def test_ray_actors_evaluate_with_the_evaluation_step_limit(tmp_path):
