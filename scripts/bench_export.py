@@ -1,7 +1,8 @@
 """Benchmark the exported TinyVLA per control step on one thread, against the control period.
 
-The main job's policy (``conf/policy/tiny_vla.yaml`` on pixel push at the image size of
-``conf/experiment/main_job.yaml``) with fresh weights (latency does not depend on their values),
+The TinyVLA of ``conf/experiment/push_easy_pixels.yaml`` (``conf/policy/tiny_vla.yaml`` on pixel
+push at 84 x 84; the main job until 2026-12-05, with which docs/export.md's figures were measured)
+with fresh weights (latency does not depend on their values),
 exported as ``scripts/export_policy.py`` does (parity-checked on 32 env observations). Prints,
 measured in one run, p50/p99/max per control step of:
 - the exported policy in onnxruntime with one thread (``harness.deploy.ExportedPolicy``:
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
-    config = harness_config.compose(["+experiment=main_job"])
+    config = harness_config.compose(["+experiment=push_easy_pixels"])
     task, options = config.task.name, config.task.env_options()
     env = tasks.make(task, **options)
     policy = make_policy(config.policy.token_policy_config(), env.observation_space).eval()

@@ -1,16 +1,19 @@
 """The main job: demos -> behaviour cloning -> group fine-tuning of the TinyVLA -> evaluation.
 
-With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction) on ``push``:
+With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction) on ``push`` at
+full difficulty (goal 6-18 cm away, two distractor cubes, the instruction naming the target):
 
-1. record scripted-expert demonstrations (once; few, so behaviour cloning stays mediocre);
+1. record 200 scripted-expert demonstrations with noise injected into the executed actions
+   (once: they are cached under ``data/demos``);
 2. teach the policy's features the simulator state on noisy-expert frames
-   (``harness.start_policy.pretrain_state_features``), then behaviour-clone it on the action tokens;
+   (``harness.start_policy.pretrain_state_features``), then behaviour-clone it on the action
+   tokens, keeping the epoch with the lowest loss on held-out demos;
 3. evaluate the BC policy on held-out seeds;
 4. fine-tune it with GRPO (``harness.algos.group``) for ``algo.iterations`` iterations (about
-   25 minutes on 2 idle cores; ``max_minutes`` is only a guard, and ``summary.json`` says
-   whether it cut the run short); the BC weights are also the KL reference, and the image
-   encoder stays as BC left it (``algo.freeze_encoder``), which makes each update several
-   times cheaper;
+   17 minutes on 2 idle cores for the whole job; ``max_minutes`` is only a guard, and
+   ``summary.json`` says whether it cut the run short); the BC weights are also the KL
+   reference, and the image encoder stays as BC left it (``algo.freeze_encoder``), which makes
+   each update several times cheaper;
 5. evaluate the fine-tuned policy on the same held-out seeds, print the before/after table with
    the paired difference (95% interval, exact McNemar p-value), record ``bc_success``,
    ``final_success`` and ``improvement`` in the run's ``summary.json`` and draw the learning

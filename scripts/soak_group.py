@@ -2,12 +2,13 @@
 
     python scripts/soak_group.py --minutes 60 --out outputs/soak
 
-runs ``scripts/train.py`` with the main job's pixel settings (TinyVLA on ``push``, 2 rollout
-workers) for ``--minutes`` (budgeted by ``max_minutes``: a soak is about time, not a result), and
-every ``--every`` seconds records the resident memory of the trainer process and of its rollout
-workers (from ``/proc``, Linux). Writes ``rss.csv``, ``soak.json`` (first, last and peak RSS and the
-least-squares trend of each, over the training window: :func:`summarise`) and ``rss.png`` into
-``--out``.
+runs ``scripts/train.py`` with the pixel settings of ``+experiment=push_easy_pixels`` (TinyVLA on
+``push``, 2 rollout workers; the main job until 2026-12-05, with which docs/results.md's soak
+figures were measured) for ``--minutes`` (budgeted by ``max_minutes``: a soak is about time, not
+a result), and every ``--every`` seconds records the resident memory of the trainer process and
+of its rollout workers (from ``/proc``, Linux). Writes ``rss.csv``, ``soak.json`` (first, last and
+peak RSS and the least-squares trend of each, over the training window: :func:`summarise`) and
+``rss.png`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from common.files import atomic_write_text, write_json  # noqa: E402
 
 SETTINGS = [
-    "+experiment=main_job", "algo.bc_demos=5", "algo.bc_epochs=5", "algo.state_pretrain_episodes=0",
+    "+experiment=push_easy_pixels", "algo.bc_demos=5", "algo.bc_epochs=5",
+    "algo.state_pretrain_episodes=0",
     "algo.iterations=1000000", "eval.every_steps=50000", "eval.episodes=10",
     "eval.final_episodes=10", "checkpoint_every_steps=20000", "logger.progress_bar=false",
     "hydra/job_logging=none", "hydra/hydra_logging=none",

@@ -124,6 +124,18 @@ def test_an_avg_pool_tiny_vla_exports_where_onnx_has_no_adaptive_pool():
     assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and not info["parity"]["token_mismatches"]
 
 
+def test_a_tiny_vla_with_instruction_keypoints_exports_for_any_batch():
+    """The main job's policy chooses keypoints by the instruction: the graph must not fix the
+    batch size it was traced with (1) and still give the torch logits on 16 observations."""
+    env = tasks.make("push", obs_mode="pixels", image_size=32)
+    torch.manual_seed(0)
+    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
+                                           instruction_keypoints=2), env.observation_space)
+    _, info = export_onnx(policy, {"task": "push", "task_options": {}},
+                          sample_observations(env, 16))
+    assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and not info["parity"]["token_mismatches"]
+
+
 def test_the_file_says_what_deploy_needs(runs):
     info = ExportedPolicy(f"{runs['tiny_vla']}.onnx").info
     checkpoint, metadata = resolve_checkpoint(runs["tiny_vla"])

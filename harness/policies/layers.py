@@ -66,13 +66,14 @@ class InstructionKeypoints(nn.Module):
 
     def __init__(self, embed_dim: int, channels: int, queries: int) -> None:
         super().__init__()
-        self.queries = queries
+        self.queries, self.channels = queries, channels
         self.query = nn.Linear(embed_dim, queries * channels)
 
     def forward(self, keypoints: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
         """``(B, 2C)`` keypoints (all x, then all y) and ``(B, E)`` instruction embedding ->
         ``(B, 2Q)``: each chosen keypoint's ``(x, y)``, in ``[-1, 1]`` as the inputs."""
-        xy = keypoints.view(len(keypoints), 2, -1)  # (B, 2, C)
-        logits = self.query(instruction).view(len(xy), self.queries, -1)  # (B, Q, C)
+        # No len(): an exported graph would keep the batch size it was traced with.
+        xy = keypoints.view(-1, 2, self.channels)  # (B, 2, C)
+        logits = self.query(instruction).view(-1, self.queries, self.channels)  # (B, Q, C)
         weights = torch.softmax(logits, dim=-1)  # each query sums to 1 over the channels
         return torch.einsum("bqc,bdc->bqd", weights, xy).flatten(1)
