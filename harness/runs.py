@@ -6,7 +6,7 @@ A run directory (Hydra's output dir) holds::
     metrics.csv          step,time_s,key,value rows (long format), appended and flushed per call
     tensorboard/         TensorBoard events of the same metrics
     checkpoints/         latest.<ext> + latest.json, best.<ext> + best.json (crash-safe pairs)
-    videos/              H.264 mp4 of evaluation episodes
+    videos/              H.264 mp4 of evaluation episodes (``logger.videos``)
     summary.json         final evaluation (success_rate, its 95% Wilson interval, ...), env steps,
                          wall-clock, fps, versions, git commit
 
@@ -238,7 +238,7 @@ class Run:
         self.checkpoints_dir = self.dir / "checkpoints"
         self.videos_dir = self.dir / "videos"
         self.tensorboard_dir = self.dir / "tensorboard"
-        for folder in (self.dir, self.checkpoints_dir, self.videos_dir):
+        for folder in (self.dir, self.checkpoints_dir):  # videos/ with the first video
             folder.mkdir(parents=True, exist_ok=True)
         self._elapsed_before = float((resume_metadata or {}).get("wall_clock_s", 0.0))
         self._started = time.perf_counter()
@@ -339,6 +339,7 @@ class Run:
         """Encode RGB frames as H.264 ``videos/<name>.mp4``; nothing when there are no frames."""
         if not frames:
             return None
+        self.videos_dir.mkdir(exist_ok=True)
         path = self.videos_dir / f"{name}.mp4"
         write_video(path, frames, fps)
         return path

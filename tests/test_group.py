@@ -166,6 +166,7 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
     assert 0.0 <= written["bc_success"] <= 1.0 and 0.0 <= written["final_success"] <= 1.0
     assert written["pretrain/frames"] > 0
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
+    assert not (tmp_path / "run" / "videos").exists()  # logger.videos=false: no empty folder
     assert (tmp_path / "run" / ".hydra" / "overrides.yaml").exists()
     assert list((tmp_path / "data" / "demos").glob("reach_*_n2.hdf5"))
     printed = capsys.readouterr().out
