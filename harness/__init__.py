@@ -5,10 +5,10 @@ Importing the package registers the Gymnasium ids of the tasks (``harness/Reach-
 ``gymnasium.make("harness/Push-v0")``.
 
 With ``HARNESS_KERNELS=portable`` in the environment, the first import makes the process use
-the same floating-point kernels on any processor type (:mod:`common.kernels`).
+the same floating-point kernels on any processor type (:mod:`harness_common.kernels`).
 """
 
-from common import kernels as _kernels
+from harness_common import kernels as _kernels
 
 _kernels.activate()  # HARNESS_KERNELS=portable: the same kernels on any processor type
 

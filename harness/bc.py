@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from common.stats import wilson_interval
+from harness_common.stats import wilson_interval
 from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch

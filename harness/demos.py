@@ -37,7 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 import tasks
-from common.files import atomic_path
+from harness_common.files import atomic_path
 
 ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
 DEMO_LABELS: tuple[str, ...] = ("executed", "expert")  # what a demo's ``actions`` hold

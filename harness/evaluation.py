@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from common.stats import wilson_interval
+from harness_common.stats import wilson_interval
 
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 EnvFactory = Callable[[], gym.Env]

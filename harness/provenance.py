@@ -10,7 +10,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from common import kernels
+from harness_common import kernels
 
 VERSIONED_PACKAGES = (
     "vla-rl-harness", "numpy", "torch", "gymnasium", "mujoco", "stable-baselines3", "sb3-contrib",
@@ -36,7 +36,7 @@ def machine_info() -> dict[str, Any]:
     Floating-point kernels differ with the instruction set, so the same seed can train other
     weights on another processor type (docs/results.md, "Reproducing a figure"); the summary
     names the machine so that two runs can be told apart, and whether the run used the
-    portable kernels (``kernels``, :mod:`common.kernels`), which take that difference away.
+    portable kernels (``kernels``, :mod:`harness_common.kernels`), which take that difference away.
     """
     import torch
 

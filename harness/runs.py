@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from omegaconf import OmegaConf
 
-from common.files import (
+from harness_common.files import (
     atomic_path,
     atomic_write,
     atomic_write_text,

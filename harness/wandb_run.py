@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 
 ID_FILE = "wandb_run_id"
 STEP_KEY = "env_step"

@@ -16,7 +16,7 @@ reads them and answers the two questions of the audit:
 * is the run's final *true* success (held-out evaluation, scripted check) within
   ``--margin`` of a ``--reference`` run trained with the scripted verifier, same seed and budget.
 
-Writes ``<run>/verifier_audit.json`` and the figure (``common.plots.verifier_audit_curve``).
+Writes ``<run>/verifier_audit.json`` and the figure (``harness_common.plots.verifier_audit_curve``).
 
 usage: python scripts/audit_verifier.py <run dir> [--reference <run dir>] [--fp-target 0.02]
            [--margin 0.05] [--baseline <run dir without detector_refresh>] [--out <file.png>]
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import atomic_write_text, read_metrics
-from common.plots import verifier_audit_curve
+from harness_common.files import atomic_write_text, read_metrics
+from harness_common.plots import verifier_audit_curve
 
 
 def audit(run_dir: Path, reference: Path | None, fp_target: float, margin: float) -> dict:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import tasks
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 from success_detectors import CNNDetector, ScriptedDetector, VerifierWrapper, load_detector
 from success_detectors.cnn import SuccessCNN
 

@@ -34,7 +34,7 @@ import mujoco
 import numpy as np
 from tasks.base import OBS_MODES
 from tasks.snapshot import STATE_SPEC
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 
 TARGETS = {"physics_share_state": 0.85, "restore_us": 50.0, "pixels84_steps_per_s": 800.0}
 

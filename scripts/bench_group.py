@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 from harness import config as harness_config
 from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import ProcessPool

@@ -33,7 +33,7 @@ from pathlib import Path
 if __package__ is None:  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.files import atomic_write_text  # noqa: E402
+from harness_common.files import atomic_write_text  # noqa: E402
 
 
 class _MujocoRenderer:

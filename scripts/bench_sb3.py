@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_BENCH = ROOT.parent / "shared" / "bench"

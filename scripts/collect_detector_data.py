@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from common.cli import lazy_help_sections
+from harness_common.cli import lazy_help_sections
 
 lazy_help_sections()  # --help builds only what its template shows
 

@@ -26,8 +26,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from common.cli import lazy_help_sections, run_app
-from common.files import atomic_write_text, to_json
+from harness_common.cli import lazy_help_sections, run_app
+from harness_common.files import atomic_write_text, to_json
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

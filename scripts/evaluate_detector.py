@@ -25,8 +25,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from common.cli import lazy_help_sections
-from common.files import write_json
+from harness_common.cli import lazy_help_sections
+from harness_common.files import write_json
 
 lazy_help_sections()  # --help builds only what its template shows
 

@@ -28,8 +28,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from common.cli import lazy_help_sections, run_app
-from common.files import atomic_write, sha256_of
+from harness_common.cli import lazy_help_sections, run_app
+from harness_common.files import atomic_write, sha256_of
 
 if TYPE_CHECKING:
     from harness.policies import TokenPolicy

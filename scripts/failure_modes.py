@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from common.files import write_json
-from common.plots import save_figure
-from common.stats import paired_summary
+from harness_common.files import write_json
+from harness_common.plots import save_figure
+from harness_common.stats import paired_summary
 from harness.checkpoints import evaluate_checkpoint
 from harness.outcomes import OUTCOMES, OutcomeRecorder, tally
 from harness.runs import CheckpointError, resolve_checkpoint

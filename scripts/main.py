@@ -37,8 +37,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.cli import lazy_help_sections
-from common.files import write_json
+from harness_common.cli import lazy_help_sections
+from harness_common.files import write_json
 from harness import config as harness_config
 
 # Absolute, so that the app also finds its configs when this file is imported under another name.
@@ -53,7 +53,7 @@ def main_job(cfg: DictConfig) -> float:
     """Train, then add the before/after figures to ``summary.json``, draw the learning curve
     and print the table; returns the final greedy success (what a sweeper would maximise)."""
     # Here, not at the top: torch, the trainers and matplotlib load only for a run.
-    from common.plots import learning_curve
+    from harness_common.plots import learning_curve
     from harness import trainers
 
     started = time.perf_counter()

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from common.cli import lazy_help_sections
+from harness_common.cli import lazy_help_sections
 from harness import config as harness_config
 
 

@@ -27,8 +27,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from common.cli import lazy_help_sections
-from common.files import atomic_write_text
+from harness_common.cli import lazy_help_sections
+from harness_common.files import atomic_write_text
 from harness.config import PolicyConfig
 from harness.demos import load_demos, rebuild_env
 

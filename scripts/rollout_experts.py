@@ -17,8 +17,8 @@ from rich.table import Table
 from tqdm import tqdm
 
 import tasks
-from common.files import atomic_write_text
-from common.stats import wilson_interval
+from harness_common.files import atomic_write_text
+from harness_common.stats import wilson_interval
 
 
 def rollout(name: str, episodes: int, difficulty: float, noise: float, seed: int) -> dict:

@@ -20,7 +20,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from common.plots import save_figure
+from harness_common.plots import save_figure
 from harness.curriculum import no_signal_probability
 from harness.objectives import group_advantages
 

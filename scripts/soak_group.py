@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common.files import atomic_write_text, write_json  # noqa: E402
+from harness_common.files import atomic_write_text, write_json  # noqa: E402
 
 SETTINGS = [
     "+experiment=push_easy_pixels", "algo.bc_demos=5", "algo.bc_epochs=5",
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = summarise(rows) | {"summary": str(args.out / "run" / "summary.json")}
     write_json(args.out / "soak.json", summary)
 
-    from common.plots import plt, save_figure
+    from harness_common.plots import plt, save_figure
 
     figure, axis = plt.subplots(figsize=(7, 3.5))
     minutes = [row[0] / 60.0 for row in rows]

@@ -4,7 +4,7 @@ Top: the fraction of the demonstration left at the demo curriculum's frontier
 (``starts/demo_remaining``). Bottom: the informative fraction of the groups started along the
 demos and from resets (``starts/signal_demo``, ``starts/signal_reset``), training success of all
 attempts (``rollout/success_rate``) and held-out validation success from fresh resets
-(``eval/success_rate``), against environment steps (``common.plots.start_states_curve``).
+(``eval/success_rate``), against environment steps (``harness_common.plots.start_states_curve``).
 
 usage: python scripts/start_states_figure.py <run dir> [--out <file.png>]
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.plots import start_states_curve
+from harness_common.plots import start_states_curve
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -47,8 +47,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import tasks
-from common.files import atomic_write_text, read_metrics
-from common.plots import save_figure
+from harness_common.files import atomic_write_text, read_metrics
+from harness_common.plots import save_figure
 from harness import trainers
 from harness.algos.engine import RolloutEngine
 from harness.algos.group import read_checkpoint

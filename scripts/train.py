@@ -8,7 +8,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.cli import lazy_help_sections
+from harness_common.cli import lazy_help_sections
 from harness import config as harness_config
 
 harness_config.register_configs()

@@ -48,9 +48,9 @@ import yaml
 from matplotlib.figure import Figure
 
 import tasks
-from common.files import read_metrics, write_json
-from common.plots import save_figure
-from common.stats import wilson_interval
+from harness_common.files import read_metrics, write_json
+from harness_common.plots import save_figure
+from harness_common.stats import wilson_interval
 from harness import trainers
 from harness.checkpoints import domain_options, evaluate_checkpoint
 from harness.config import ConfigError, TrainConfig, compose

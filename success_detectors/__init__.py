@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common import kernels as _kernels
+from harness_common import kernels as _kernels
 
 _kernels.activate()  # HARNESS_KERNELS=portable: the same kernels on any processor type
 

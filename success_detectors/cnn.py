@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from common.files import atomic_path
+from harness_common.files import atomic_path
 from success_detectors.base import SuccessDetector, check_recorded_mounts, check_threshold
 from success_detectors.network import Architecture, SpatialSoftmax, SuccessCNN, predict_pixels
 
@@ -180,7 +180,7 @@ class CNNDetector(SuccessDetector):
 
 def write_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
     """Call ``write(temp_path)`` on a temporary path beside ``path``, then rename it over
-    ``path`` (:func:`common.files.atomic_path`): readers see the old file or the new one, never
+    ``path`` (:func:`harness_common.files.atomic_path`): readers see the old file or the new one, never
     a partial write."""
     with atomic_path(path) as temp:
         write(temp)

@@ -51,7 +51,7 @@ def worst_errors_figure(
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from common.plots import save_figure
+    from harness_common.plots import save_figure
 
     predicted = probs >= threshold
     false_pos = np.flatnonzero(predicted & ~frames.label)

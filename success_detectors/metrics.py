@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from common.stats import wilson_interval
+from harness_common.stats import wilson_interval
 
 MARGIN_BINS_CM = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0, float("inf"))
 

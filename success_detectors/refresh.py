@@ -282,7 +282,7 @@ class DetectorRefresher:
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
 
-        from common.plots import save_figure
+        from harness_common.plots import save_figure
 
         views = self.shape[1] // self.shape[0]
         columns = min(len(rows), SHEET_COLUMNS)

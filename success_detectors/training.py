@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from common.files import contained_path, write_json
+from harness_common.files import contained_path, write_json
 from success_detectors.augmentation import Augmentation
 from success_detectors.base import check_names, check_recorded_mounts
 from success_detectors.cnn import CNNDetector

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import tasks
-from common.files import read_metrics, sha256_of
+from harness_common.files import read_metrics, sha256_of
 from harness import config as harness_config
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint

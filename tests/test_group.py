@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import trainers
 

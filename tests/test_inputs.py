@@ -216,7 +216,7 @@ def test_a_damaged_detector_file_names_the_file_and_the_field(detector_file, tmp
 
 
 def test_detector_outputs_stay_inside_their_folder(tmp_path):
-    from common.files import contained_path
+    from harness_common.files import contained_path
 
     assert contained_path(tmp_path, "push_front.pt") == tmp_path / "push_front.pt"
     with pytest.raises(ValueError, match="outside the output folder"):

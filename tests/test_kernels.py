@@ -1,4 +1,4 @@
-"""Portable kernels (``HARNESS_KERNELS=portable``, :mod:`common.kernels`): the process starts
+"""Portable kernels (``HARNESS_KERNELS=portable``, :mod:`harness_common.kernels`): the process starts
 again in place with the variables set, PyTorch, NumPy and llvmpipe then run the same kernels
 whatever the instruction set, and real training runs (state and pixels) give the same metrics
 to the last bit when the instruction sets the libraries may use are cut down to AVX2, as on a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from common import kernels
-from common.files import read_metrics
+from harness_common import kernels
+from harness_common.files import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a processor without AVX-512 gives the libraries, imitated on one that has it (the last

@@ -7,10 +7,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("common", "tasks", "success_detectors", "harness")
+PACKAGES = ("harness_common", "tasks", "success_detectors", "harness")
 # Longest matching prefix wins. A module may import its own floor or lower ones.
 FLOORS: dict[str, int] = {
-    "common": 0,
+    "harness_common": 0,
     "tasks": 0,
     "success_detectors": 1,
     "harness": 2,  # the package itself: registers the Gymnasium ids (imports tasks)
@@ -35,7 +35,7 @@ FLOORS: dict[str, int] = {
     "scripts": 7,
 }
 # The ground floor's two packages do not import each other: tasks/ imports nothing of ours.
-ISOLATED = ("tasks", "common")
+ISOLATED = ("tasks", "harness_common")
 
 
 def module_files() -> dict[str, Path]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness.runs import resolve_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +227,7 @@ def test_a_killed_multirun_leaves_whole_jobs(tmp_path):
 def test_a_killed_writer_leaves_no_temporary_file_behind_for_long(tmp_path):
     """A writer killed mid-write leaves ``.<name>.<pid>-<id>.tmp``; the next write of the same
     file removes it, and never a live writer's."""
-    from common.files import atomic_write_text
+    from harness_common.files import atomic_write_text
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -244,7 +244,7 @@ def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
     """``atomic_dir``: a failed write leaves the old folder as it was; a good one replaces it;
     folders of killed writers (``.tmp``, or ``.old`` between the renames) are removed, a live
     writer's never."""
-    from common.files import atomic_dir
+    from harness_common.files import atomic_dir
 
     target = tmp_path / "dataset"
     with atomic_dir(target) as folder:

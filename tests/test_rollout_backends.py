@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import tasks
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import trainers
 from harness.algos.batched_pool import BatchedPool

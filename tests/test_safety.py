@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 import torch
 
-from common.files import sha256_of
+from harness_common.files import sha256_of
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
 from harness.config import compose

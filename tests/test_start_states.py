@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tasks
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import curriculum as curricula
 from harness import trainers
@@ -134,7 +134,7 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
                 "starts/demo_remaining", "starts/replay_buffer"):
         assert key in metrics, key
     assert metrics["starts/replay_buffer"][-1][1] > 0
-    from common.plots import start_states_curve
+    from harness_common.plots import start_states_curve
 
     figure = start_states_curve(tmp_path / "mix" / "metrics.csv", tmp_path / "starts.png")
     assert figure.stat().st_size > 10_000  # a real picture of both panels

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.stats import (
+from harness_common.stats import (
     mcnemar_exact,
     paired_difference_interval,
     paired_summary,

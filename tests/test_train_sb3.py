@@ -21,7 +21,7 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness import runs, trainers
 from harness.config import compose
 from harness.runs import CheckpointError

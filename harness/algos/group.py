@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 import tasks
-from common.stats import paired_summary
+from harness_common.stats import paired_summary
 from harness import curriculum as curricula
 from harness.algos import pools, ray_cluster
 from harness.algos.collect import (

@@ -19,7 +19,7 @@ from harness.config.errors import ConfigError
 from harness.config.policy import POLICY_SCHEMAS
 from harness.config.train import TrainConfig
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def register_configs() -> None:

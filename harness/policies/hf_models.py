@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from common.files import atomic_dir
+from harness_common.files import atomic_dir
 from harness.policies import hf_tiny
 
 INSTALL_HINT = "pip install -e .[vla]"
@@ -202,7 +202,7 @@ def quiet() -> Iterator[None]:
 
 
 def save_policy_folder(policy, folder: str | os.PathLike, extra: dict[str, Any]) -> None:
-    """Write an ``hf_vla`` policy to ``folder``, crash-safe (:func:`common.files.atomic_dir`):
+    """Write an ``hf_vla`` policy to ``folder``, crash-safe (:func:`harness_common.files.atomic_dir`):
     the base model without adapters (``config.json``, ``model.safetensors``), the processor,
     with LoRA the adapters (``adapter/``, peft's format), the value head and proprio projection
     (``heads.safetensors``) and the action-bin spec with ``extra`` (``hf_vla.json``).

@@ -26,7 +26,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from common.files import atomic_write
+from harness_common.files import atomic_write
 from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
@@ -346,7 +346,7 @@ def save_policy(path: str | os.PathLike, policy: TokenPolicy) -> None:
     """Write config, observation shapes and weights to ``path`` atomically.
 
     The checkpoint is a ``torch.save`` of ``{"format": 1, "config": dict, "obs_shapes":
-    {key: list}, "state_dict": ...}``, written atomically (:func:`common.files.atomic_write`),
+    {key: list}, "state_dict": ...}``, written atomically (:func:`harness_common.files.atomic_write`),
     so a crash never leaves a half-written file at ``path``.
     """
     checkpoint = {

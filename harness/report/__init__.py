@@ -43,7 +43,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from common.files import atomic_write_text
+from harness_common.files import atomic_write_text
 from harness.report.reading import (
     CURRICULUM_SIGNAL_KEY,
     OLD_SIGNAL_KEY,
@@ -122,7 +122,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         ReportError: No reportable run (the reasons of the skipped folders are listed), or runs
             of several tasks without ``allow_mixed_tasks``.
     """
-    from common import plots
+    from harness_common import plots
 
     root = Path(multirun_dir)
     runs, skipped = scan_runs(root, metric)

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from common.files import read_metrics
+from harness_common.files import read_metrics
 
 PROVENANCE_KEYS = ("run_dir", "start_policy", "versions", "machine", "git")
 

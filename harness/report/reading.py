@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from common.files import read_metrics
+from harness_common.files import read_metrics
 from harness.config import SB3_ALGOS
 
 log = logging.getLogger(__name__)

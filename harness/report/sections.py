@@ -1,5 +1,5 @@
 """The sections of ``report.md``: each function returns its Markdown lines and, where the
-section has a figure, draws it into ``<out>/plots`` through ``common.plots``."""
+section has a figure, draws it into ``<out>/plots`` through ``harness_common.plots``."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import EngFormatter  # noqa: E402
 
-from common.files import atomic_write, read_metrics  # noqa: E402
+from harness_common.files import atomic_write, read_metrics  # noqa: E402
 
 
 def save_figure(figure, path: str | Path, **savefig_kwargs) -> Path:
@@ -65,7 +65,7 @@ def learning_curve(metrics_csv: str | Path, out: str | Path, baseline: float | N
 
 def _steps_and_values(series: Mapping[str, list[tuple[int, float]]],
                       key: str) -> tuple[np.ndarray, np.ndarray]:
-    """One metric of :func:`common.files.read_metrics`'s series as (steps, values) arrays;
+    """One metric of :func:`harness_common.files.read_metrics`'s series as (steps, values) arrays;
     empty when the run never logged it."""
     pairs = series.get(key, [])
     return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
