@@ -20,10 +20,10 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from harness_common.stats import wilson_interval
 from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
+from harness_common.stats import wilson_interval
 
 
 def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:

@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 import numpy as np
 from omegaconf import OmegaConf
 
+from harness.config import TrainConfig, to_yaml
+from harness.wandb_run import WandbRun
 from harness_common.files import (
     atomic_path,
     atomic_write,
@@ -42,8 +44,6 @@ from harness_common.files import (
     sha256_of,
     to_json,
 )
-from harness.config import TrainConfig, to_yaml
-from harness.wandb_run import WandbRun
 
 log = logging.getLogger(__name__)
 

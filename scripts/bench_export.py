@@ -33,12 +33,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 import tasks  # noqa: E402  (headless GL backend before MuJoCo loads)
-from harness_common.files import atomic_write, atomic_write_text, to_json  # noqa: E402
 from harness import config as harness_config  # noqa: E402
 from harness.deploy import ExportedPolicy, deploy, latency_ms  # noqa: E402
 from harness.export import export_onnx, sample_observations  # noqa: E402
 from harness.policies import make as make_policy  # noqa: E402
 from harness.policies import obs_to_batch  # noqa: E402
+from harness_common.files import atomic_write, atomic_write_text, to_json  # noqa: E402
 
 TARGET_P99_MS = 10.0
 

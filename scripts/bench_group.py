@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
-from harness_common.files import atomic_write_text
 from harness import config as harness_config
 from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import ProcessPool
 from harness.policies import make as make_policy
+from harness_common.files import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> dict:

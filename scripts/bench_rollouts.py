@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
-from harness_common.files import atomic_write_text
 from harness import config as harness_config
 from harness.algos.batched_pool import BatchedPool
 from harness.algos.pools import ProcessPool, RayPool
 from harness.policies import make as make_policy
+from harness_common.files import atomic_write_text
 
 # (backend, mode): policy copies in processes (the reference) and in Ray actors; one policy in
 # the learner with environments in processes.

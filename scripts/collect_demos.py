@@ -24,9 +24,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness_common.cli import lazy_help_sections
 from harness.config import TaskOptions
 from harness.demos import DEMO_LABELS, collect_demos
+from harness_common.cli import lazy_help_sections
 
 
 @dataclass

@@ -21,8 +21,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness_common.cli import lazy_help_sections
 from harness.lerobot import FORMATS, PIX_FMTS, export_lerobot
+from harness_common.cli import lazy_help_sections
 
 
 @dataclass

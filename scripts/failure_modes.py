@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from harness_common.files import write_json
-from harness_common.plots import save_figure
-from harness_common.stats import paired_summary
 from harness.checkpoints import evaluate_checkpoint
 from harness.outcomes import OUTCOMES, OutcomeRecorder, tally
 from harness.runs import CheckpointError, resolve_checkpoint
+from harness_common.files import write_json
+from harness_common.plots import save_figure
+from harness_common.stats import paired_summary
 
 POLICIES = ("start", "fine-tuned")
 COLOURS = {"success": "#2ca02c", "near miss": "#98df8a", "moved the named object": "#ff7f0e",

@@ -37,9 +37,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from harness import config as harness_config
 from harness_common.cli import lazy_help_sections
 from harness_common.files import write_json
-from harness import config as harness_config
 
 # Absolute, so that the app also finds its configs when this file is imported under another name.
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -53,8 +53,8 @@ def main_job(cfg: DictConfig) -> float:
     """Train, then add the before/after figures to ``summary.json``, draw the learning curve
     and print the table; returns the final greedy success (what a sweeper would maximise)."""
     # Here, not at the top: torch, the trainers and matplotlib load only for a run.
-    from harness_common.plots import learning_curve
     from harness import trainers
+    from harness_common.plots import learning_curve
 
     started = time.perf_counter()
     config = harness_config.load(cfg)

@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from harness_common.cli import lazy_help_sections
 from harness import config as harness_config
+from harness_common.cli import lazy_help_sections
 
 
 def load_run_policy(policy_run: str):

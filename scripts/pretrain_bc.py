@@ -27,10 +27,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness_common.cli import lazy_help_sections
-from harness_common.files import atomic_write_text
 from harness.config import PolicyConfig
 from harness.demos import load_demos, rebuild_env
+from harness_common.cli import lazy_help_sections
+from harness_common.files import atomic_write_text
 
 HELD_OUT_SEED_OFFSET = 10_000
 

@@ -20,9 +20,9 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness_common.plots import save_figure
 from harness.curriculum import no_signal_probability
 from harness.objectives import group_advantages
+from harness_common.plots import save_figure
 
 GROUP_SIZES = (2, 4, 8, 16)
 ESTIMATOR_LABELS = {

@@ -47,14 +47,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import tasks
-from harness_common.files import atomic_write_text, read_metrics
-from harness_common.plots import save_figure
 from harness import trainers
 from harness.algos.engine import RolloutEngine
 from harness.algos.group import read_checkpoint
 from harness.algos.group_update import GroupTrainer
 from harness.config import TrainConfig, compose
 from harness.policies import TokenPolicyConfig, build_policy
+from harness_common.files import atomic_write_text, read_metrics
+from harness_common.plots import save_figure
 from tasks.perturb import ResetNoise, perturbed_snapshots
 
 PROBE_SEED = 7_000_000  # start states of the correlation probe: apart from training and eval

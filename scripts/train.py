@@ -8,8 +8,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness_common.cli import lazy_help_sections
 from harness import config as harness_config
+from harness_common.cli import lazy_help_sections
 
 harness_config.register_configs()
 lazy_help_sections()

@@ -34,12 +34,12 @@ from typing import Any
 from matplotlib.figure import Figure
 
 import tasks
-from harness_common.files import write_json
-from harness_common.plots import save_figure
-from harness_common.stats import wilson_interval
 from harness.checkpoints import evaluate_checkpoint, task_env_factory
 from harness.evaluation import evaluate
 from harness.runs import resolve_checkpoint
+from harness_common.files import write_json
+from harness_common.plots import save_figure
+from harness_common.stats import wilson_interval
 
 STUDY_FILE = "transfer_study.json"
 EXPERT = "scripted expert"

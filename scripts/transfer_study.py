@@ -48,12 +48,12 @@ import yaml
 from matplotlib.figure import Figure
 
 import tasks
-from harness_common.files import read_metrics, write_json
-from harness_common.plots import save_figure
-from harness_common.stats import wilson_interval
 from harness import trainers
 from harness.checkpoints import domain_options, evaluate_checkpoint
 from harness.config import ConfigError, TrainConfig, compose
+from harness_common.files import read_metrics, write_json
+from harness_common.plots import save_figure
+from harness_common.stats import wilson_interval
 from tasks.wrappers import SCALABLE
 
 ARMS = ("plain", "adr+imperfections")

@@ -180,8 +180,8 @@ class CNNDetector(SuccessDetector):
 
 def write_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
     """Call ``write(temp_path)`` on a temporary path beside ``path``, then rename it over
-    ``path`` (:func:`harness_common.files.atomic_path`): readers see the old file or the new one, never
-    a partial write."""
+    ``path`` (:func:`harness_common.files.atomic_path`): readers see the old file or the new
+    one, never a partial write."""
     with atomic_path(path) as temp:
         write(temp)
     return Path(path)

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 import tasks
-from harness_common.files import read_metrics, sha256_of
 from harness import config as harness_config
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
@@ -29,6 +28,7 @@ from harness.export import WindowAveragePool, export_onnx, sample_observations
 from harness.policies import TokenPolicyConfig, obs_to_batch, tokens_to_actions
 from harness.policies import make as make_policy
 from harness.runs import resolve_checkpoint, write_checkpoint
+from harness_common.files import read_metrics, sha256_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["task=reach", "task.max_episode_steps=10", "algo=grpo", "algo.iterations=1",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import trainers
+from harness_common.files import read_metrics
 
 FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.1", "task.max_episode_steps=25",

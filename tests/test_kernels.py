@@ -1,5 +1,5 @@
-"""Portable kernels (``HARNESS_KERNELS=portable``, :mod:`harness_common.kernels`): the process starts
-again in place with the variables set, PyTorch, NumPy and llvmpipe then run the same kernels
+"""Portable kernels (``HARNESS_KERNELS=portable``, :mod:`harness_common.kernels`): the process
+starts again in place with the variables set, PyTorch, NumPy and llvmpipe then run the same kernels
 whatever the instruction set, and real training runs (state and pixels) give the same metrics
 to the last bit when the instruction sets the libraries may use are cut down to AVX2, as on a
 processor without AVX-512; bad values and sessions that cannot start again are refused by

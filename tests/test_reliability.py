@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from harness_common.files import read_metrics
 from harness.runs import resolve_checkpoint
+from harness_common.files import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = int(os.environ.get("RELIABILITY_KILLS", "5"))

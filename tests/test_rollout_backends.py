@@ -18,13 +18,13 @@ import pytest
 import torch
 
 import tasks
-from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import trainers
 from harness.algos.batched_pool import BatchedPool
 from harness.algos.pools import ProcessPool, RayPool
 from harness.config import ConfigError
 from harness.policies import make, sample_tokens
+from harness_common.files import read_metrics
 
 FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.3", "task.max_episode_steps=12",

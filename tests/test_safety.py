@@ -17,11 +17,11 @@ import cloudpickle
 import pytest
 import torch
 
-from harness_common.files import sha256_of
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
 from harness.config import compose
 from harness.runs import CheckpointError
+from harness_common.files import sha256_of
 
 GROUP = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=10", "policy=mlp",
          "policy.hidden=16", "algo=grpo", "algo.group_size=2", "algo.num_start_states=2",

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import tasks
-from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import curriculum as curricula
 from harness import trainers
@@ -18,6 +17,7 @@ from harness.algos.start_states import StartStates
 from harness.config import ConfigError
 from harness.demos import collect_demos, load_demo_snapshots, load_demos
 from harness.policies import make
+from harness_common.files import read_metrics
 
 FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.5", "task.max_episode_steps=20",

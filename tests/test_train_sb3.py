@@ -21,10 +21,10 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from harness_common.files import read_metrics
 from harness import runs, trainers
 from harness.config import compose
 from harness.runs import CheckpointError
+from harness_common.files import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 torch.set_num_threads(1)

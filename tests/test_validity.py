@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import tasks
-from harness_common.files import read_metrics
 from harness import config as harness_config
 from harness import trainers
 from harness.config import ConfigError
+from harness_common.files import read_metrics
 
 FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.1", "task.max_episode_steps=15",

@@ -37,7 +37,6 @@ import torch
 from tqdm import tqdm
 
 import tasks
-from harness_common.stats import paired_summary
 from harness import curriculum as curricula
 from harness.algos import pools, ray_cluster
 from harness.algos.collect import (
@@ -67,6 +66,7 @@ from harness.policies import (
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.start_policy import cloned_start_policy, keep_start_policy
+from harness_common.stats import paired_summary
 
 log = logging.getLogger(__name__)
 

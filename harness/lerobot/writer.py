@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tasks
-from harness_common.files import atomic_dir, sha256_of, to_json
 from harness.demos import Demos, load_demos
 from harness.lerobot import layout, stats, video
 from harness.lerobot.layout import ACTION, DONE, ENVIRONMENT_STATE, IMAGES, REWARD, STATE
+from harness_common.files import atomic_dir, sha256_of, to_json
 from tasks.base import PROPRIO_DIM
 from tasks.language import detokenize
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from harness_common.files import atomic_dir
 from harness.policies import hf_tiny
+from harness_common.files import atomic_dir
 
 INSTALL_HINT = "pip install -e .[vla]"
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -202,8 +202,8 @@ def quiet() -> Iterator[None]:
 
 
 def save_policy_folder(policy, folder: str | os.PathLike, extra: dict[str, Any]) -> None:
-    """Write an ``hf_vla`` policy to ``folder``, crash-safe (:func:`harness_common.files.atomic_dir`):
-    the base model without adapters (``config.json``, ``model.safetensors``), the processor,
+    """Write an ``hf_vla`` policy to ``folder``, crash-safe
+    (:func:`harness_common.files.atomic_dir`): the base model without adapters (``config.json``, ``model.safetensors``), the processor,
     with LoRA the adapters (``adapter/``, peft's format), the value head and proprio projection
     (``heads.safetensors``) and the action-bin spec with ``extra`` (``hf_vla.json``).
 

@@ -26,7 +26,6 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from harness_common.files import atomic_write
 from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
@@ -37,6 +36,7 @@ from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: rea
     sample_tokens,
     tokens_to_actions,
 )
+from harness_common.files import atomic_write
 
 CHECKPOINT_FORMAT = 1
 
@@ -346,8 +346,9 @@ def save_policy(path: str | os.PathLike, policy: TokenPolicy) -> None:
     """Write config, observation shapes and weights to ``path`` atomically.
 
     The checkpoint is a ``torch.save`` of ``{"format": 1, "config": dict, "obs_shapes":
-    {key: list}, "state_dict": ...}``, written atomically (:func:`harness_common.files.atomic_write`),
-    so a crash never leaves a half-written file at ``path``.
+    {key: list}, "state_dict": ...}``, written atomically
+    (:func:`harness_common.files.atomic_write`), so a crash never leaves a half-written file at
+    ``path``.
     """
     checkpoint = {
         "format": CHECKPOINT_FORMAT,

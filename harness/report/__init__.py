@@ -43,7 +43,6 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from harness_common.files import atomic_write_text
 from harness.report.reading import (
     CURRICULUM_SIGNAL_KEY,
     OLD_SIGNAL_KEY,
@@ -87,6 +86,7 @@ from harness.report.statistics import (
     median_steps,
     stratified_bootstrap,
 )
+from harness_common.files import atomic_write_text
 
 __all__ = [
     "BUDGET_TOLERANCE", "CONFIDENCE", "CURRICULUM_SIGNAL_KEY", "CURVE_POINTS", "DEFAULT_REPS",

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from harness_common.files import read_metrics
 from harness.config import SB3_ALGOS
+from harness_common.files import read_metrics
 
 log = logging.getLogger(__name__)
 
