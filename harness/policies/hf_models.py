@@ -203,9 +203,10 @@ def quiet() -> Iterator[None]:
 
 def save_policy_folder(policy, folder: str | os.PathLike, extra: dict[str, Any]) -> None:
     """Write an ``hf_vla`` policy to ``folder``, crash-safe
-    (:func:`harness_common.files.atomic_dir`): the base model without adapters (``config.json``, ``model.safetensors``), the processor,
-    with LoRA the adapters (``adapter/``, peft's format), the value head and proprio projection
-    (``heads.safetensors``) and the action-bin spec with ``extra`` (``hf_vla.json``).
+    (:func:`harness_common.files.atomic_dir`): the base model without adapters (``config.json``,
+    ``model.safetensors``), the processor, with LoRA the adapters (``adapter/``, peft's format),
+    the value head and proprio projection (``heads.safetensors``) and the action-bin spec with
+    ``extra`` (``hf_vla.json``).
 
     Args:
         policy: A :class:`harness.policies.hf_vla.HFVLAPolicy`.
