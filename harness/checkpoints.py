@@ -1,12 +1,11 @@
 """Checkpoints back into policies: load any run's policy by its algorithm, and evaluate it.
 
-**Loading contract.** A checkpoint's metadata names its ``algo``; the module that trains that
-algorithm (``harness.trainers.trainer_module``) provides ``load_policy(checkpoint: Path,
-metadata: dict, device: str, sampled: bool) -> PolicyFn``, where the policy function takes the
-task's raw observation dict and returns the greedy action, or a sampled one with ``sampled``
-(SB3 algorithms: :func:`harness.algos.sb3.load_policy`; group algorithms:
-:func:`harness.algos.group.load_policy`). A module whose checkpoints also hold the frozen start
-policy sets ``HAS_REFERENCE_POLICY = True`` and accepts ``reference=True`` to load that one.
+**Loading contract.** A checkpoint's metadata names its ``algo``; the run class that trains
+that algorithm (``harness.trainers.trainer_class``, a :class:`harness.trainers.Trainer`)
+provides ``load_policy(checkpoint, metadata, device, sampled, reference) -> PolicyFn``, where
+the policy function takes the task's raw observation dict and returns the greedy action, or a
+sampled one with ``sampled``. A class whose checkpoints also hold the frozen start policy has
+``has_reference_policy = True`` and loads that one with ``reference=True``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import torch
 import tasks
 from harness.evaluation import EnvFactory, EvaluationResult, PolicyFn, evaluate
 from harness.runs import resolve_checkpoint
-from harness.trainers import trainer_module
+from harness.trainers import trainer_class
 
 
 def load_policy(
@@ -43,18 +42,18 @@ def load_policy(
             stored with the fine-tuned one, to compare both from one file.
 
     Raises:
-        ValueError: The algorithm's trainer module is not in this checkout, or ``reference``
+        ValueError: The algorithm's run class is not in this checkout, or ``reference``
             for a checkpoint that holds no reference policy.
     """
-    module = trainer_module(metadata["algo"])
+    trainer = trainer_class(metadata["algo"])
     if reference:
-        if not getattr(module, "HAS_REFERENCE_POLICY", False):
+        if not trainer.has_reference_policy:
             raise ValueError(
                 f"reference=true: a {metadata['algo']} checkpoint holds no reference policy;"
                 " only group-trainer checkpoints (grpo, dr_grpo, rloo, critic, reinforce) do"
             )
-        return module.load_policy(checkpoint, metadata, device, sampled=sampled, reference=True)
-    return module.load_policy(checkpoint, metadata, device, sampled=sampled)
+        return trainer.load_policy(checkpoint, metadata, device, sampled=sampled, reference=True)
+    return trainer.load_policy(checkpoint, metadata, device, sampled=sampled)
 
 
 # Blocks of the task options that a domain may replace: what the world does, not what the

@@ -1,12 +1,11 @@
-"""The training app: the trainer of each algorithm, and ``train(config, run_dir)``.
+"""The training app: the :class:`Trainer` protocol, the run class of each algorithm, and
+``train(config, run_dir)``.
 
-Every trainer is a module with ``train(config, run) -> dict`` (the final evaluation's summary,
-``env_steps`` included), ``validate_checkpoint(checkpoint, metadata)`` (loads it, safely, before
-a resume touches the run directory) and ``load_policy(checkpoint, metadata, device, sampled) ->
-policy_fn`` for its checkpoints (``harness.checkpoints``): :mod:`harness.algos.sb3` for PPO,
-A2C and TRPO, :mod:`harness.algos.group` for the group-relative algorithms. :func:`train`
-opens the run directory, calls the trainer and writes ``summary.json`` with the provenance of
-the result.
+Every algorithm family is a run class that meets :class:`Trainer`: :class:`harness.algos.sb3.SB3Run`
+for PPO, A2C and TRPO, :class:`harness.algos.group.GroupRun` for the group-relative algorithms.
+:func:`train` checks what it can before the run directory is touched (the class's
+``preflight``, and ``validate_checkpoint`` when resuming), opens the run directory, builds the
+run object, calls its ``train()`` and writes ``summary.json`` with the provenance of the result.
 """
 
 from __future__ import annotations
@@ -14,25 +13,74 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import tasks
-from harness.algos import group, sb3
+from harness.algos.group import GroupRun
+from harness.algos.sb3 import SB3Run
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
+from harness.evaluation import EvaluationResult, PolicyFn
 from harness.provenance import git_commit, machine_info, package_versions
 from harness.runs import Run
 
 log = logging.getLogger(__name__)
 
-TRAINERS: dict[str, ModuleType] = {
-    **{name: sb3 for name in SB3_ALGOS},
-    **{name: group for name in GROUP_ALGOS},
+
+class Trainer(Protocol):
+    """What every run class provides.
+
+    Building one (``cls(config, run)``) builds the run's objects, from the latest checkpoint
+    when ``run.resume_metadata`` is set.
+    """
+
+    has_reference_policy: ClassVar[bool]  # checkpoints also hold the frozen start policy
+
+    def __init__(self, config: TrainConfig, run: Run) -> None: ...
+
+    @staticmethod
+    def preflight(config: TrainConfig) -> None:
+        """Checks beyond the config (a cluster to join, a device's dtypes), before any file."""
+
+    @staticmethod
+    def validate_checkpoint(checkpoint: Path, metadata: dict[str, Any]) -> None:
+        """Load a checkpoint to resume from, safely, before the run directory changes.
+
+        Raises:
+            harness.runs.CheckpointError: It cannot be loaded or resumed.
+        """
+
+    @staticmethod
+    def load_policy(checkpoint: Path, metadata: dict[str, Any], device: str = "cpu",
+                    sampled: bool = False, reference: bool = False) -> PolicyFn:
+        """The policy function of a checkpoint (:mod:`harness.checkpoints`)."""
+
+    def iteration(self) -> dict[str, float]:
+        """One rollout and update; its metrics."""
+
+    def evaluate(self, split: str, sampled: bool = False, videos: int = 0) -> EvaluationResult:
+        """The current policy on the ``validation`` or ``test`` seeds."""
+
+    def save(self, name: str) -> Path:
+        """Write checkpoint ``name`` (``latest``, ``best``); its path."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs: the one home of the checkpoint's format."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+
+    def train(self) -> dict[str, Any]:
+        """Train the whole budget and evaluate; the run's summary (``env_steps`` included)."""
+
+
+TRAINERS: dict[str, type[Trainer]] = {
+    **{name: SB3Run for name in SB3_ALGOS},
+    **{name: GroupRun for name in GROUP_ALGOS},
 }
 
 
-def trainer_module(algo: str) -> ModuleType:
-    """The module that trains ``algo`` and reads its checkpoints.
+def trainer_class(algo: str) -> type[Trainer]:
+    """The run class that trains ``algo`` and reads its checkpoints.
 
     Raises:
         ValueError: Unknown algorithm (lists the choices).
@@ -57,9 +105,8 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
         harness.runs.CheckpointError: See :meth:`harness.runs.Run.checkpoint_to_resume`, or a
             checkpoint the trainer cannot load; raised before anything in ``run_dir`` changes.
     """
-    trainer = trainer_module(config.algo.name)
-    if hasattr(trainer, "preflight"):  # e.g. a Ray cluster to reach: fail before any file
-        trainer.preflight(config)
+    trainer = trainer_class(config.algo.name)
+    trainer.preflight(config)  # e.g. a Ray cluster to reach: fail before any file
     resume = Run.checkpoint_to_resume(run_dir, config)
     metadata = None
     if resume is not None:  # every check before anything in the run directory changes
@@ -73,7 +120,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             return finished
     run = Run(run_dir, config, resume_metadata=metadata)
     try:
-        result = trainer.train(config, run)
+        result = trainer(config, run).train()
         env_steps = int(result.get("env_steps", 0))
         wall_clock = run.elapsed()
         summary = {

@@ -79,7 +79,7 @@ def load_token_policy(checkpoint: str, reference: bool = False
     """
     # Here and in export_policy(), not at the top: torch and the harness load only for an
     # export (not for --help, --cfg job).
-    from harness.algos.group import read_checkpoint
+    from harness.algos.group_checkpoints import read_checkpoint
     from harness.config import GROUP_ALGOS, SB3_ALGOS
     from harness.policies import TokenPolicyConfig, build_policy
     from harness.runs import resolve_checkpoint

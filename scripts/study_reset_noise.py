@@ -49,7 +49,7 @@ from matplotlib.figure import Figure
 import tasks
 from harness import trainers
 from harness.algos.engine import RolloutEngine
-from harness.algos.group import read_checkpoint
+from harness.algos.group_checkpoints import read_checkpoint
 from harness.algos.group_update import GroupTrainer
 from harness.config import TrainConfig, compose
 from harness.policies import TokenPolicyConfig, build_policy

@@ -16,7 +16,7 @@ import tasks
 from harness import curriculum as curricula
 from harness import trainers
 from harness.algos.collect import collect_groups
-from harness.algos.group import read_checkpoint
+from harness.algos.group_checkpoints import read_checkpoint
 from harness.algos.rollouts import EnvHost
 from harness.algos.sb3_envs import make_env_factory
 from harness.algos.start_states import StartStates

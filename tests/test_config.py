@@ -14,6 +14,8 @@ from omegaconf import OmegaConf
 
 import tasks
 from harness import trainers
+from harness.algos.group import GroupRun
+from harness.algos.sb3 import SB3Run
 from harness.config import (
     CONF_DIR,
     A2CConfig,
@@ -272,9 +274,10 @@ def test_registry_names_every_algorithm_and_lists_choices_for_unknown_ones():
     assert {"ppo", "a2c", "trpo", "grpo", "dr_grpo", "rloo", "critic", "reinforce"} <= set(
         trainers.TRAINERS
     )
-    assert trainers.trainer_module("grpo").train is not None
+    assert trainers.trainer_class("grpo") is GroupRun
+    assert trainers.trainer_class("ppo") is SB3Run
     with pytest.raises(ValueError, match="choose one of"):
-        trainers.trainer_module("sac")
+        trainers.trainer_class("sac")
 
 
 @pytest.mark.parametrize(

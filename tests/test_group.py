@@ -203,7 +203,7 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
     imperfection noise included, at two difficulties."""
     import tasks
     from harness.algos.collect import evaluate_in_pool
-    from harness.algos.group import _policy_fn
+    from harness.algos.group_checkpoints import policy_fn
     from harness.algos.pools import make_pool
     from harness.evaluation import evaluate
     from harness.policies import TokenPolicyConfig, load_policy, make
@@ -217,7 +217,7 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
                       env.observation_space)
     policy.eval()
     difficulties = [0.1, 0.6]
-    sequential = evaluate(_policy_fn(policy), lambda: tasks.make("reach", **options), 12,
+    sequential = evaluate(policy_fn(policy), lambda: tasks.make("reach", **options), 12,
                           difficulties, seed=500)
     config = harness_config.compose([*FAST, f"algo.workers={workers}"])
     with make_pool(config.algo.rollout, workers,
@@ -261,7 +261,7 @@ def test_frozen_encoder_trains_only_what_reads_the_image_features(tmp_path):
     """``algo.freeze_encoder``: the encoder ends as it started, the rest moves, and the cached
     features give the very log-probabilities the pixels give."""
     import tasks
-    from harness.algos.group import _policy_from_checkpoint
+    from harness.algos.group_checkpoints import policy_from_state
     from harness.policies import obs_to_batch
 
     # critic: r - V(s0) moves the policy even when every attempt of a fresh policy fails
@@ -275,7 +275,7 @@ def test_frozen_encoder_trains_only_what_reads_the_image_features(tmp_path):
              and not torch.equal(tuned[k], start[k])]
     assert moved, "nothing but the encoder should be frozen"
 
-    policy = _policy_from_checkpoint(state).eval()
+    policy = policy_from_state(state).eval()
     env = tasks.make("reach", obs_mode="pixels", image_size=32)
     obs = obs_to_batch(env.reset(seed=0)[0])
     tokens = torch.tensor([[1, 2, 3, 4][: policy.config.action_dim]])

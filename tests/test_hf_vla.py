@@ -244,7 +244,7 @@ def test_lora_run_resumes_with_its_adapters_and_reference(tmp_path, monkeypatch)
     """A LoRA run killed after one iteration continues from its checkpoint: the fine-tuned
     adapters come back, and the reference is again the model with them switched off."""
     from harness import trainers
-    from harness.algos.group import _policy_from_checkpoint, read_checkpoint
+    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.chdir(tmp_path)
     options = [*PIXELS, "policy.model=tiny:paligemma", "task.max_episode_steps=4",
@@ -260,7 +260,7 @@ def test_lora_run_resumes_with_its_adapters_and_reference(tmp_path, monkeypatch)
         [*options, "algo.iterations=2", "resume=true"]), tmp_path / "run")
     assert summary["iterations"] == 2
     state = read_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt")
-    tuned, start = (_policy_from_checkpoint(state, which).eval()
+    tuned, start = (policy_from_state(state, which).eval()
                     for which in ("policy", "reference"))
     obs = obs_to_batch(tasks.make("reach", obs_mode="pixels", image_size=32).reset(seed=0)[0])
     tokens = torch.tensor([[0, 50, 100, 200]])

@@ -124,10 +124,10 @@ def test_sb3_saves_its_last_checkpoint_before_the_final_evaluation(tmp_path, mon
     """A failure in the final evaluation loses no training: ``latest`` already holds the end."""
     from harness.algos import sb3
 
-    def broken(self, episodes, video_episodes, seed, sampled=False):
+    def broken(self, split, sampled=False, videos=0):
         raise RuntimeError("the final evaluation failed")
 
-    monkeypatch.setattr(sb3.SB3Trainer, "evaluate", broken)
+    monkeypatch.setattr(sb3.SB3Run, "evaluate", broken)
     with pytest.raises(RuntimeError, match="final evaluation failed"):
         trainers.train(compose([*SB3, "total_timesteps=128"]), tmp_path / "ppo")
     latest = json.loads((tmp_path / "ppo" / "checkpoints" / "latest.json").read_text())

@@ -1,9 +1,22 @@
-"""The group trainer's checkpoints: reading them safely, rebuilding their policies, and the
-policy functions that evaluate them (:mod:`harness.algos.group` re-exports these as the
-trainer module's interface: ``load_policy``, ``validate_checkpoint``)."""
+"""The group trainer's checkpoint format: its version, reading a file safely, migrating older
+versions, rebuilding the policies it holds and the policy functions that evaluate them.
+
+:meth:`harness.algos.group.GroupRun.state_dict` writes the fields and
+:meth:`~harness.algos.group.GroupRun.load_state_dict` reads them back; this module holds what
+both sides share: :data:`CHECKPOINT_FORMAT` and :func:`migrate`, the one place that knows an
+older layout.
+
+Format history:
+
+* 1: the fields of :data:`RESUME_KEYS` without a ``format`` key (runs saved until 2026-12-05).
+* 2: the same fields and ``format: 2``; ``best`` is ``None`` or ``{"success_rate",
+  "mean_return"}``.
+"""
 
 from __future__ import annotations
 
+import io
+import math
 from typing import Any
 
 import torch
@@ -17,8 +30,109 @@ from harness.policies import (
 )
 from harness.runs import CheckpointError
 
+CHECKPOINT_FORMAT = 2
+# What any version holds: enough to rebuild and evaluate the policies.
+POLICY_KEYS: tuple[str, ...] = ("policy_config", "obs_shapes", "trainer")
+# What a resume reads (GroupRun.load_state_dict), in every version since 1.
+RESUME_KEYS: tuple[str, ...] = (
+    *POLICY_KEYS, "curriculum", "starts", "adr", "detector_refresh", "iteration", "env_steps",
+    "best", "start", "start_outcomes", "start_counter", "temperature", "schedules",
+)
 
-def _policy_fn(policy: TokenPolicy, sampled: bool = False, temperature: float = 1.0):
+
+def write_state(state: dict[str, Any], handle) -> None:
+    """``torch.save`` of a checkpoint's fields into an open file, in one write."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    handle.write(buffer.getvalue())
+
+
+def read_checkpoint(path) -> dict[str, Any]:
+    """The state a group-trainer checkpoint holds, migrated to :data:`CHECKPOINT_FORMAT` and read
+    with ``torch.load(weights_only=True)``: tensors and plain Python values only, so a crafted
+    file cannot run code when it is loaded.
+
+    Raises:
+        CheckpointError: The file is unreadable, holds anything else, lacks the policy fields,
+            or has a format this version does not know.
+    """
+    return migrate(_load(path), path)
+
+
+def _load(path) -> dict[str, Any]:
+    """The fields of a checkpoint file as written (see :func:`read_checkpoint`)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and torch raise many types for a bad file
+        raise CheckpointError(f"checkpoint {path} could not be loaded safely (tensors and plain "
+                              f"values only): {error}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it holds a "
+                              f"{type(state).__name__}, not a dict of fields")
+    missing = [key for key in POLICY_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it lacks "
+                              f"{missing}")
+    return state
+
+
+def migrate(state: dict[str, Any], path="<state>") -> dict[str, Any]:
+    """``state`` in the current format (:data:`CHECKPOINT_FORMAT`).
+
+    Format 1 (no ``format`` key) becomes format 2 by adding the key and turning a ``best``
+    success rate saved as a float into the dict format 2 keeps. Fields a resume needs are
+    checked by :func:`check_resumable`, not here, so that an old checkpoint missing them still
+    evaluates.
+
+    Raises:
+        CheckpointError: A format newer than this harness's, or not an int.
+    """
+    version = state.get("format", 1)
+    if not isinstance(version, int) or version < 1 or version > CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} has format {version!r}; this harness reads "
+                              f"formats 1 to {CHECKPOINT_FORMAT} (a newer harness wrote it?)")
+    state = dict(state)
+    if version == 1:
+        best = state.get("best")
+        if isinstance(best, float):  # the oldest format-1 files kept the success rate alone
+            state["best"] = None if best < 0 else {"success_rate": best,
+                                                   "mean_return": -math.inf}
+        state["format"] = 2
+    return state
+
+
+def check_resumable(state: dict[str, Any], path, written_as: int | None = None) -> None:
+    """Refuse, by name, a checkpoint that lacks a field a resume reads.
+
+    Args:
+        state: The checkpoint's fields.
+        path: The file, for the message.
+        written_as: The format the file was written in (before :func:`migrate`), for the
+            message; default ``state["format"]``.
+
+    Raises:
+        CheckpointError: Naming the missing fields and the format.
+    """
+    missing = [key for key in RESUME_KEYS if key not in state]
+    if missing:
+        version = state.get("format", 1) if written_as is None else written_as
+        raise CheckpointError(
+            f"checkpoint {path} (format {version}) cannot be resumed: it lacks "
+            f"{missing}, written by an older harness; evaluate it with scripts/evaluate.py, or "
+            "start a fresh run")
+
+
+def policy_from_state(state: dict[str, Any], which: str = "policy") -> TokenPolicy:
+    """The fine-tuned (``which="policy"``) or start (``"reference"``) policy of a checkpoint."""
+    policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
+                          {k: tuple(v) for k, v in state["obs_shapes"].items()})
+    policy.load_state_dict(state["trainer"][which])
+    return policy
+
+
+def policy_fn(policy: TokenPolicy, sampled: bool = False, temperature: float = 1.0):
+    """A raw-observation policy function of ``policy``: greedy tokens, or sampled at
+    ``temperature`` (from torch's global generator)."""
     device = next(policy.parameters()).device
 
     def act(obs):
@@ -29,58 +143,29 @@ def _policy_fn(policy: TokenPolicy, sampled: bool = False, temperature: float = 
     return act
 
 
+def validate_checkpoint(checkpoint, metadata: dict[str, Any]) -> None:
+    """Load a checkpoint to resume from, fully, before the run directory is touched.
+
+    Raises:
+        CheckpointError: It cannot be read safely, lacks a field a resume reads, or its
+            networks cannot be rebuilt.
+    """
+    written = _load(checkpoint)
+    state = migrate(written, checkpoint)
+    check_resumable(state, checkpoint, written.get("format", 1))
+    try:
+        for which in ("policy", "reference"):
+            policy_from_state(state, which)
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint} cannot be resumed: {error!r}") from None
+
+
 def load_policy(checkpoint, metadata: dict[str, Any], device: str = "cpu",
                 sampled: bool = False, reference: bool = False):
     """Policy function of a group-trainer checkpoint, on ``device`` whichever device wrote it:
     greedy tokens, or sampled at the run's temperature (``sampled``); the fine-tuned policy, or
     the frozen start policy (``reference``)."""
     state = read_checkpoint(checkpoint)
-    policy = _policy_from_checkpoint(state, "reference" if reference else "policy")
+    policy = policy_from_state(state, "reference" if reference else "policy")
     temperature = float(state.get("temperature", 1.0))
-    return _policy_fn(policy.to(resolve_device(device)).eval(), sampled, temperature)
-
-
-def read_checkpoint(path) -> dict[str, Any]:
-    """The state a group-trainer checkpoint holds, read with ``torch.load(weights_only=True)``:
-    tensors and plain Python values only, so a crafted file cannot run code when it is loaded.
-
-    Raises:
-        CheckpointError: The file is unreadable or holds anything else.
-    """
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle, zip and torch raise many types for a bad file
-        raise CheckpointError(f"checkpoint {path} could not be loaded safely (tensors and plain "
-                              f"values only): {error}") from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it holds a "
-                              f"{type(state).__name__}, not a dict of fields")
-    missing = [key for key in ("policy_config", "obs_shapes", "trainer") if key not in state]
-    if missing:
-        raise CheckpointError(f"checkpoint {path} is not a group-trainer checkpoint: it lacks "
-                              f"{missing}")
-    return state
-
-
-def validate_checkpoint(checkpoint, metadata: dict[str, Any]) -> None:
-    """Load a checkpoint to resume from, fully, before the run directory is touched.
-
-    Raises:
-        CheckpointError: It cannot be read safely, or its networks cannot be rebuilt.
-    """
-    state = read_checkpoint(checkpoint)
-    try:
-        for which in ("policy", "reference"):
-            _policy_from_checkpoint(state, which)
-        for key in ("curriculum", "iteration", "env_steps", "start"):
-            state[key]  # noqa: B018 - presence check
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint} cannot be resumed: {error!r}") from None
-
-
-def _policy_from_checkpoint(state: dict[str, Any], which: str = "policy") -> TokenPolicy:
-    """The fine-tuned (``which="policy"``) or start (``"reference"``) policy of a checkpoint."""
-    policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
-                          {k: tuple(v) for k, v in state["obs_shapes"].items()})
-    policy.load_state_dict(state["trainer"][which])
-    return policy
+    return policy_fn(policy.to(resolve_device(device)).eval(), sampled, temperature)

@@ -55,6 +55,10 @@ class PolicyConfig:
               f"policy.name={self.name!r} with the {type(self).__name__} schema, which lacks "
               f"fields {self.name!r} reads; choose the network with policy={self.name}")
 
+    def check_device(self, device) -> None:
+        """Refuse a device this policy cannot run on (``hf_vla``: ``bfloat16`` where the device
+        lacks it); every device suits the others."""
+
     def token_policy_config(self) -> TokenPolicyConfig:
         """The ``harness.policies.TokenPolicyConfig`` of ``mlp`` / ``tiny_vla`` (group trainer).
 
