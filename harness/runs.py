@@ -21,11 +21,8 @@ bookkeeping and writes ``summary.json``.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -38,9 +35,11 @@ from omegaconf import OmegaConf
 from harness.config import TrainConfig, to_yaml
 from harness.wandb_run import WandbRun
 from harness_common.files import (
+    MetricsWriter,
     atomic_path,
     atomic_write,
     atomic_write_text,
+    count_metric_rows,
     sha256_of,
     to_json,
 )
@@ -49,7 +48,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 PENDING = ".next"  # infix of a checkpoint pair being committed (see write_checkpoint)
-METRICS_HEADER = ("step", "time_s", "key", "value")
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, unreadable, corrupt or of another run."""
@@ -168,50 +166,33 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------------- metrics
-class MetricsWriter:
-    """``metrics.csv`` in long format (``step,time_s,key,value``), so that any key can appear at
-    any step and the file only ever grows by whole rows: each :meth:`write` is one ``write`` call
-    followed by a flush, and a torn last line left by a kill is cut off when the file is opened
-    again."""
+def earlier_run_files(directory: Path) -> list[Path]:
+    """What an earlier run left in ``directory`` that a fresh start would overwrite: logged
+    metrics, a summary, checkpoints, a saved start policy (Hydra's ``.hydra/`` and log are not)."""
+    found = [directory / name for name in ("summary.json", "start_policy.pt")
+             if (directory / name).exists()]
+    if count_metric_rows(directory / "metrics.csv"):
+        found.append(directory / "metrics.csv")
+    checkpoints = directory / "checkpoints"
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):
+        found.append(checkpoints)
+    return found
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        if self.path.exists() and self.path.stat().st_size > 0:
-            self._drop_torn_line()
-        else:
-            self.path.write_text(",".join(METRICS_HEADER) + "\n")
-        self._file = open(self.path, "a", newline="")  # noqa: SIM115 - held for the run
 
-    def _drop_torn_line(self) -> None:
-        data = self.path.read_bytes()
-        if not data.endswith(b"\n"):
-            with open(self.path, "r+b") as file:
-                file.truncate(data.rfind(b"\n") + 1)
-
-    def write(self, metrics: Mapping[str, Any], step: int, time_s: float) -> None:
-        """Append one row per finite numeric metric."""
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        for key, value in metrics.items():
-            if isinstance(value, (bool, int, float, np.number)) and math.isfinite(float(value)):
-                writer.writerow((int(step), f"{time_s:.3f}", key, repr(float(value))))
-        if buffer.tell():
-            self._file.write(buffer.getvalue())
-            self._file.flush()
-
-    def truncate_after(self, step: int) -> None:
-        """Drop rows logged after ``step`` (a resumed run logs them again)."""
-        self._file.close()
-        with open(self.path, newline="") as file:
-            rows = list(csv.reader(file))
-        kept = [rows[0]] + [row for row in rows[1:] if row and int(row[0]) <= step]
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(kept)
-        atomic_write_text(self.path, buffer.getvalue())
-        self._file = open(self.path, "a", newline="")  # noqa: SIM115
-
-    def close(self) -> None:
-        self._file.close()
+def move_aside(directory: Path) -> Path:
+    """Move the files of an earlier run in ``directory`` to ``replaced/<time>/`` inside it
+    (``overwrite=true``): a fresh start never deletes or truncates what a run wrote."""
+    target = directory / "replaced" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    while target.exists():
+        target = target.with_name(target.name + "_")
+    target.mkdir(parents=True)
+    for name in ("summary.json", "start_policy.pt", "metrics.csv", "config.yaml", "checkpoints",
+                 "tensorboard", "videos", "detector_refresh", "learning_curve.png"):
+        if (directory / name).exists():
+            os.replace(directory / name, target / name)
+    log.warning("overwrite=true: the earlier run's files in %s were moved to %s", directory,
+                target)
+    return target
 
 
 # ------------------------------------------------------------------------------------- run
@@ -238,14 +219,16 @@ class Run:
         self.checkpoints_dir = self.dir / "checkpoints"
         self.videos_dir = self.dir / "videos"
         self.tensorboard_dir = self.dir / "tensorboard"
+        if resume_metadata is None and config.overwrite and earlier_run_files(self.dir):
+            move_aside(self.dir)
         for folder in (self.dir, self.checkpoints_dir):  # videos/ with the first video
             folder.mkdir(parents=True, exist_ok=True)
         self._elapsed_before = float((resume_metadata or {}).get("wall_clock_s", 0.0))
         self._started = time.perf_counter()
         atomic_write_text(self.dir / "config.yaml", to_yaml(config))
         self.metrics = MetricsWriter(self.dir / "metrics.csv")
-        # resumed: drop rows after the checkpoint; fresh: rows of an earlier start killed early
-        self.metrics.truncate_after(self.start_step if resume_metadata is not None else -1)
+        if resume_metadata is not None:  # drop what was logged after the checkpoint was saved
+            self.metrics.truncate(self.start_step, resume_metadata.get("metrics_rows"))
         self._tensorboard = None
         if config.logger.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -265,22 +248,31 @@ class Run:
 
         Raises:
             CheckpointError: ``resume=true`` with an unreadable or corrupt
-                ``checkpoints/latest``, or one of another algorithm, task or policy; or a fresh
-                run in a directory that already holds one.
+                ``checkpoints/latest``, or one of another algorithm, task or policy; a fresh
+                run in a directory that already holds a resumable one; or, without
+                ``overwrite=true``, a directory holding an earlier run that cannot be resumed
+                (metrics, a summary or checkpoints, but no ``checkpoints/latest``).
         """
         directory = Path(directory)
         latest = directory / "checkpoints" / "latest.json"
         _finish_interrupted_commit(latest)
-        if not config.resume:
-            if latest.exists():
+        if latest.exists() and not config.resume:
+            raise CheckpointError(
+                f"run dir {directory} already holds a run ({latest}); pass resume=true to "
+                "continue it, or choose another hydra.run.dir")
+        if not latest.exists():
+            earlier = earlier_run_files(directory)
+            if earlier and not config.overwrite:
+                finished = " a finished run (summary.json) whose" if (
+                    directory / "summary.json").exists() else " an earlier run whose"
                 raise CheckpointError(
-                    f"run dir {directory} already holds a run ({latest}); pass resume=true to "
-                    "continue it, or choose another hydra.run.dir"
-                )
-            return None
-        if not latest.exists():  # a job of a re-launched sweep that never saved one
-            log.warning("resume=true but %s holds no checkpoint (%s does not exist): starting a "
-                        "fresh run there", directory, latest)
+                    f"run dir {directory} holds{finished} checkpoints/latest is missing, so it "
+                    f"cannot be resumed ({', '.join(p.name for p in earlier)}); pass "
+                    "overwrite=true to move its files to replaced/<time>/ and start afresh, or "
+                    "choose another hydra.run.dir")
+            if config.resume:  # a job of a re-launched sweep that had not begun
+                log.warning("resume=true but %s holds no checkpoint (%s does not exist): "
+                            "starting a fresh run there", directory, latest)
             return None
         file, metadata = resolve_checkpoint(latest)
         expected = {
@@ -326,6 +318,7 @@ class Run:
             "wall_clock_s": self.elapsed(),
             "seed": config.seed,
             "run_dir": str(self.dir.resolve()),
+            "metrics_rows": self.metrics.rows,  # a resume drops the rows logged after this
             **extra,
         }
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
+import math
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -168,3 +170,66 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
         for row in csv.DictReader(file):
             series.setdefault(row["key"], []).append((int(row["step"]), float(row["value"])))
     return series
+
+
+METRICS_HEADER = ("step", "time_s", "key", "value")
+
+
+def count_metric_rows(path: Path) -> int:
+    """Data rows of a ``metrics.csv`` (0 for a missing file or a header alone)."""
+    if not path.exists():
+        return 0
+    with open(path, "rb") as file:
+        return max(0, sum(1 for line in file if line.strip()) - 1)
+
+
+class MetricsWriter:
+    """``metrics.csv`` in long format (``step,time_s,key,value``), so that any key can appear at
+    any step and the file only ever grows by whole rows: each :meth:`write` is one ``write`` call
+    followed by a flush, and a torn last line left by a kill is cut off when the file is opened
+    again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._drop_torn_line()
+        else:
+            self.path.write_text(",".join(METRICS_HEADER) + "\n")
+        self.rows = count_metric_rows(self.path)  # data rows in the file, written or found
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115 - held for the run
+
+    def _drop_torn_line(self) -> None:
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            with open(self.path, "r+b") as file:
+                file.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, metrics: Mapping[str, Any], step: int, time_s: float) -> None:
+        """Append one row per finite numeric metric."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        for key, value in metrics.items():
+            if isinstance(value, (bool, int, float, np.number)) and math.isfinite(float(value)):
+                writer.writerow((int(step), f"{time_s:.3f}", key, repr(float(value))))
+        if buffer.tell():
+            self._file.write(buffer.getvalue())
+            self._file.flush()
+            self.rows += buffer.getvalue().count("\n")
+
+    def truncate(self, step: int, rows: int | None = None) -> None:
+        """Keep the first ``rows`` data rows (what the file held when a checkpoint was saved),
+        or, when ``rows`` is ``None``, the rows logged at or before ``step``: a resumed run logs
+        the others again, once."""
+        self._file.close()
+        with open(self.path, newline="") as file:
+            table = [row for row in csv.reader(file) if row]
+        kept = table[1:][:rows] if rows is not None else [
+            row for row in table[1:] if int(row[0]) <= step]
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows([table[0], *kept])
+        atomic_write_text(self.path, buffer.getvalue())
+        self.rows = len(kept)
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115
+
+    def close(self) -> None:
+        self._file.close()

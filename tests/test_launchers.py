@@ -25,6 +25,7 @@ from harness.config import compose
 from harness.launchers import LauncherError, check_slurm
 from harness.report import scan_runs
 from harness.report.compare import compare_sweeps, job_folders
+from harness.runs import CheckpointError
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "algo.group_size=2",
@@ -148,14 +149,21 @@ def test_a_relaunched_sweep_skips_finished_jobs_and_completes_the_others(joblib_
     assert compare_sweeps(joblib_sweep, sweep_dir) == []
 
 
-def test_resume_true_where_no_checkpoint_was_saved_starts_afresh(tmp_path):
+def test_resume_true_where_no_checkpoint_was_saved_starts_afresh_only_with_overwrite(tmp_path):
     run_dir = tmp_path / "job"
     run_dir.mkdir()
-    # an earlier start killed before its first checkpoint left a row behind
-    (run_dir / "metrics.csv").write_text("step,time_s,key,value\n7,0.1,stale/row,1.0\n")
-    summary = trainers.train(compose([*TINY, "resume=true"]), run_dir)
+    assert trainers.train(compose([*TINY, "resume=true"]), run_dir / "empty")["env_steps"] > 0
+    # an earlier start killed before its first checkpoint left a row behind: never truncated
+    stale = "step,time_s,key,value\n7,0.1,stale/row,1.0\n"
+    (run_dir / "metrics.csv").write_text(stale)
+    with pytest.raises(CheckpointError, match="overwrite=true"):
+        trainers.train(compose([*TINY, "resume=true"]), run_dir)
+    assert (run_dir / "metrics.csv").read_text() == stale
+    summary = trainers.train(compose([*TINY, "resume=true", "overwrite=true"]), run_dir)
     assert summary["env_steps"] > 0 and (run_dir / "summary.json").exists()
     assert "stale/row" not in (run_dir / "metrics.csv").read_text()
+    [aside] = list((run_dir / "replaced").iterdir())
+    assert (aside / "metrics.csv").read_text() == stale
 
 
 # ------------------------------------------------------------------------------- bad input

@@ -103,8 +103,9 @@ def check_training_after_kill(run_dir: Path, overrides: list[str], target: dict[
     if latest.exists():
         resolve_checkpoint(latest)  # whole, or finished by the reader: never corrupt
     budget = [f"{key}={value}" for key, value in target.items()]
+    # no checkpoint yet: the killed start's files are moved aside (overwrite=true), not lost
     run(["scripts/train.py", *overrides, *QUIET, *budget, f"hydra.run.dir={run_dir}",
-         f"resume={str(latest.exists()).lower()}"])
+         f"resume={str(latest.exists()).lower()}", "overwrite=true"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= int(target.get("total_timesteps", 0))
     resolve_checkpoint(run_dir / "checkpoints" / "latest.json")

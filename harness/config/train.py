@@ -228,6 +228,10 @@ class TrainConfig:
         n_envs: Parallel training environments (subprocesses when > 1).
         checkpoint_every_steps: Steps between ``checkpoints/latest`` saves (also saved at the end).
         resume: Continue the run in this run directory from ``checkpoints/latest``.
+        overwrite: Start afresh in a run directory that holds an earlier run which cannot be
+            resumed (no ``checkpoints/latest``): its files are moved to
+            ``replaced/<time>/`` inside it first, never deleted. Without it such a directory
+            is refused.
         reward: ``dense`` (the task's reward terms) or ``verifier`` (the detector's verdict);
             ``auto`` resolves to ``dense`` for SB3 and ``verifier`` for the group algorithms,
             which score each attempt by the verifier's binary verdict and refuse ``dense``.
@@ -252,6 +256,7 @@ class TrainConfig:
     n_envs: int = 1
     checkpoint_every_steps: int = 10_000
     resume: bool = False
+    overwrite: bool = False
     reward: str = "auto"
     device: str = "cpu"
     torch_threads: int = 1
