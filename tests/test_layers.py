@@ -18,6 +18,7 @@ FLOORS: dict[str, int] = {
     "harness.policies": 2,
     "harness.curriculum": 2,
     "harness.demos": 2,
+    "harness.demo_episodes": 2,
     "harness.evaluation": 2,
     "harness.lerobot": 2,
     "harness.export": 2,
