@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "harness.runs": 4,
     "harness.bc": 4,
     "harness.start_policy": 4,
+    "harness.state_pretraining": 4,
     "harness.algos": 5,
     "harness.checkpoints": 6,
     "harness.report": 6,
