@@ -112,20 +112,11 @@ def rebuild_env(env_args: dict[str, Any] | str, **overrides: Any) -> tasks.Manip
 
 
 def collect_demos(
-    path: str | os.PathLike,
-    task: str,
-    episodes: int,
-    noise: float = 0.0,
-    obs_mode: str = "pixels_state",
-    camera: str = "front",
-    image_size: int = 84,
-    difficulty: float = 1.0,
-    seed: int = 0,
-    only_successes: bool = True,
-    max_episode_steps: int | None = None,
-    env_options: Mapping[str, Any] | None = None,
-    progress: bool = True,
-    label: str = "executed",
+    path: str | os.PathLike, task: str, episodes: int, noise: float = 0.0,
+    obs_mode: str = "pixels_state", camera: str = "front", image_size: int = 84,
+    difficulty: float = 1.0, seed: int = 0, only_successes: bool = True,
+    max_episode_steps: int | None = None, env_options: Mapping[str, Any] | None = None,
+    progress: bool = True, label: str = "executed",
 ) -> dict[str, Any]:
     """Record scripted-expert episodes of ``task`` into an HDF5 file at ``path``.
 
@@ -172,39 +163,27 @@ def collect_demos(
     if episodes < 1:
         raise ValueError(f"episodes={episodes}; must be >= 1")
     env_args = _demo_env_args(task, noise=noise, obs_mode=obs_mode, camera=camera,
-                             image_size=image_size, difficulty=difficulty, seed=seed,
-                             only_successes=only_successes, max_episode_steps=max_episode_steps,
-                             env_options=env_options, label=label)
-    try:  # before recording, not after every episode has been rendered
-        env_args_json = json.dumps(env_args)
-    except TypeError as error:
-        raise ValueError(f"env_options cannot be stored in the demo file: {error}") from None
+                              image_size=image_size, difficulty=difficulty, seed=seed,
+                              only_successes=only_successes,
+                              max_episode_steps=max_episode_steps, env_options=env_options,
+                              label=label)
+    env_args_json = json.dumps(env_args)  # _demo_env_args made sure it can
     env = rebuild_env(env_args)
     path = Path(path)
     bar = tqdm(total=episodes, desc=f"demos {task}", disable=not progress, leave=False)
     try:
         with atomic_path(path) as tmp_name, h5py.File(tmp_name, "w") as f:
             data = f.create_group("data")
-            tally = _record_demos(data, env, episodes, env_args["collection"], difficulty, bar)
-            if tally.kept < episodes:
-                raise RuntimeError(
-                    f"the {task} expert (noise={noise}, difficulty={difficulty}) succeeded in"
-                    f" {tally.successes} of {tally.attempts} attempts, short of the {episodes}"
-                    " demos asked for; lower the noise or the difficulty"
-                )
+            tally = _record_demos(data, env, task, episodes, env_args["collection"],
+                                  difficulty, bar)
             data.attrs["env_args"] = env_args_json
             data.attrs["total"] = tally.steps
             data.attrs["format_version"] = DEMO_FORMAT_VERSION
     finally:
         bar.close()
         env.close()
-    return {
-        "path": str(path),
-        "episodes": tally.kept,
-        "attempts": tally.attempts,
-        "steps": tally.steps,
-        "expert_success_rate": tally.successes / tally.attempts,
-    }
+    return {"path": str(path), "episodes": tally.kept, "attempts": tally.attempts,
+            "steps": tally.steps, "expert_success_rate": tally.successes / tally.attempts}
 
 
 def _demo_env_args(
@@ -229,12 +208,17 @@ def _demo_env_args(
         raise ValueError(f"env_options {clash} have their own arguments of collect_demos; "
                          "pass them there")
     env_kwargs.update(extra)
-    return {
+    env_args = {
         "env_name": task,
         "env_kwargs": env_kwargs,
         "collection": {"noise": float(noise), "seed": int(seed), "only_successes": only_successes,
                        **({"label": label} if label != "executed" else {})},
     }
+    try:  # before recording, not after every episode has been rendered
+        json.dumps(env_args)
+    except TypeError as error:
+        raise ValueError(f"env_options cannot be stored in the demo file: {error}") from None
+    return env_args
 
 
 @dataclass
@@ -247,10 +231,14 @@ class _Tally:
     steps: int = 0
 
 
-def _record_demos(data: h5py.Group, env: tasks.ManipulationEnv, episodes: int,
+def _record_demos(data: h5py.Group, env: tasks.ManipulationEnv, task: str, episodes: int,
                   collection: Mapping[str, Any], difficulty: float, bar: tqdm) -> _Tally:
     """Record attempts on seeds ``seed, seed + 1, ...`` into ``demo_<i>`` groups of ``data``
-    until ``episodes`` are kept or the attempts allowed are spent (see :func:`collect_demos`)."""
+    until ``episodes`` are kept or the attempts allowed are spent (see :func:`collect_demos`).
+
+    Raises:
+        RuntimeError: Fewer than ``episodes`` demos were kept.
+    """
     seed, noise, only_successes = (collection[key] for key in ("seed", "noise", "only_successes"))
     label = collection.get("label", "executed")
     max_attempts = MAX_TRIES_PER_DEMO * episodes if only_successes else episodes
@@ -266,6 +254,12 @@ def _record_demos(data: h5py.Group, env: tasks.ManipulationEnv, episodes: int,
         tally.kept += 1
         tally.steps += len(episode["actions"])
         bar.update(1)
+    if tally.kept < episodes:
+        raise RuntimeError(
+            f"the {task} expert (noise={noise}, difficulty={difficulty}) succeeded in"
+            f" {tally.successes} of {tally.attempts} attempts, short of the {episodes} demos"
+            " asked for; lower the noise or the difficulty"
+        )
     return tally
 
 
