@@ -64,38 +64,25 @@ def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Ten
 
 
 def pretrain_bc(
-    policy: TokenPolicy,
-    demos: Demos,
-    epochs: int = 250,
-    lr: float = 3e-3,
-    batch_size: int = 32,
-    seed: int = 0,
-    augment: bool = True,
-    shift_pad: int = 4,
-    weight_decay: float = 1e-4,
-    val_fraction: float = 0.1,
-    keep: str = "last",
+    policy: TokenPolicy, demos: Demos, epochs: int = 250, lr: float = 3e-3,
+    batch_size: int = 32, seed: int = 0, augment: bool = True, shift_pad: int = 4,
+    weight_decay: float = 1e-4, val_fraction: float = 0.1, keep: str = "last",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train ``policy`` in place, on its parameters' device, by cross-entropy on the demos'
-    action tokens.
+    """Train ``policy`` in place, on its device, by cross-entropy on the demos' action tokens.
 
     A policy with an input normalisation (the MLP's ``normalize_state``) first fits it on the
     training steps (:meth:`harness.policies.TokenPolicy.fit_normalizer`).
 
     Episodes, not steps, are split into training and validation (consecutive steps are nearly
     identical, so a step split would validate on the training set). The policy is left in eval
-    mode with the weights ``keep`` names. The last epoch is the default because, with a handful of
-    held-out episodes, the validation cross-entropy rises as the policy grows confident while its
-    rollouts keep improving (robomimic, Mandlekar et al. 2021, saw the same): on ``reach`` with 30
-    demos, the best-validation-loss weights succeeded in 40-84% of episodes, the last ones in
-    76-94%.
+    mode with the weights ``keep`` names (why the last epoch is the default: :class:`_BestEpoch`).
 
     Args:
         policy: The token policy; its ``num_bins`` sets the discretisation.
         demos: Demonstrations with every observation key the policy reads.
         epochs: Passes over the training steps.
-        lr: Adam learning rate.
+        lr: AdamW learning rate.
         batch_size: Steps per gradient step.
         seed: Seeds the split, the shuffling and the augmentation (not the initial weights).
         augment: Randomly shift ``pixels`` by up to ``shift_pad`` pixels during training.
@@ -119,6 +106,78 @@ def pretrain_bc(
             the policy reads or have a shape it was not built for.
         FloatingPointError: The loss became NaN or infinite.
     """
+    _check_bc_settings(epochs, batch_size, lr, shift_pad, val_fraction, keep)
+    device = next(policy.parameters()).device
+    obs = _policy_inputs(policy, demos, device)
+    tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
+    train_idx, val_idx = (i.to(device) for i in
+                          split_by_episode(demos.episode_ids, val_fraction, seed))
+    normalizer = policy.fit_normalizer({key: value[train_idx] for key, value in obs.items()})
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
+    best = _BestEpoch(keep)
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    for epoch in tqdm(range(1, epochs + 1), desc="bc", disable=not progress, leave=False):
+        order = train_idx[torch.randperm(len(train_idx), generator=generator)]
+        # a pad of 0 shifts nothing and draws nothing: the same as no augmentation
+        losses = _train_epoch(policy, obs, tokens, order, optimizer, generator, batch_size,
+                              shift_pad if augment else 0, epoch)
+        val_loss, val_accuracy = _validate(policy, obs, tokens, val_idx, batch_size)
+        history.append({"bc/train_loss": float(np.mean(losses)), "bc/val_loss": val_loss,
+                        "bc/val_accuracy": val_accuracy})
+        best.update(epoch, val_loss, policy)
+    kept = best.restore(policy, epochs)
+    policy.eval()
+    return {
+        **history[-1],
+        **kept,
+        "bc/train_steps": len(train_idx),
+        "bc/val_steps": len(val_idx),
+        "bc/seconds": time.perf_counter() - start,
+        **normalizer,
+        "history": history,
+    }
+
+
+class _BestEpoch:
+    """The epoch of lowest validation loss and, when ``keep`` is ``"best_val_loss"``, a copy of
+    its weights to hand on instead of the last ones.
+
+    The last epoch is :func:`pretrain_bc`'s default because, with a handful of held-out
+    episodes, the validation cross-entropy rises as the policy grows confident while its
+    rollouts keep improving (robomimic, Mandlekar et al. 2021, saw the same): on ``reach`` with
+    30 demos, the best-validation-loss weights succeeded in 40-84% of episodes, the last ones in
+    76-94%.
+    """
+
+    def __init__(self, keep: str) -> None:
+        self.keep, self.epoch, self.val_loss = keep, 0, math.inf
+        self.state: dict[str, torch.Tensor] | None = None
+
+    def update(self, epoch: int, val_loss: float, policy: TokenPolicy) -> None:
+        if val_loss < self.val_loss:  # never true without a validation split: the loss is NaN
+            self.epoch, self.val_loss = epoch, val_loss
+            if self.keep == "best_val_loss":
+                self.state = copy.deepcopy(policy.state_dict())
+
+    def restore(self, policy: TokenPolicy, epochs: int) -> dict[str, float]:
+        """Load the kept weights, if any, into ``policy``.
+
+        Returns:
+            ``bc/best_epoch``, ``bc/best_val_loss`` (NaN without a validation split) and
+            ``bc/kept_epoch`` (``epochs`` when the last weights are kept).
+        """
+        if self.state is not None:
+            policy.load_state_dict(self.state)
+        return {"bc/best_epoch": self.epoch if self.epoch else math.nan,
+                "bc/best_val_loss": self.val_loss if self.epoch else math.nan,
+                "bc/kept_epoch": self.epoch if self.state is not None else epochs}
+
+
+def _check_bc_settings(epochs: int, batch_size: int, lr: float, shift_pad: int,
+                       val_fraction: float, keep: str) -> None:
+    """Raise ``ValueError`` on a setting :func:`pretrain_bc` cannot train with, naming it."""
     if epochs < 1 or batch_size < 1 or not lr > 0 or shift_pad < 0:
         raise ValueError(
             f"epochs={epochs}, batch_size={batch_size}, lr={lr}, shift_pad={shift_pad}; need"
@@ -128,58 +187,43 @@ def pretrain_bc(
         raise ValueError(f"val_fraction={val_fraction}; expected a number in [0, 1)")
     if keep not in BC_KEEP:
         raise ValueError(f"keep={keep!r}; choose one of {BC_KEEP}")
-    device = next(policy.parameters()).device
-    obs = _policy_inputs(policy, demos, device)
-    tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
-    train_idx, val_idx = (i.to(device) for i in
-                          split_by_episode(demos.episode_ids, val_fraction, seed))
 
-    normalizer = policy.fit_normalizer({key: value[train_idx] for key, value in obs.items()})
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
-    best_state, best_epoch, best_val = None, 0, math.inf
-    history: list[dict[str, float]] = []
-    start = time.perf_counter()
-    for epoch in tqdm(range(1, epochs + 1), desc="bc", disable=not progress, leave=False):
-        policy.train()
-        order = train_idx[torch.randperm(len(train_idx), generator=generator)]
-        losses = []
-        for batch_idx in order.split(batch_size):
-            batch = {key: value[batch_idx] for key, value in obs.items()}
-            if augment and "pixels" in batch:
-                batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
-            # the demo's own tokens condition an autoregressive policy (teacher forcing)
-            loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx])
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"BC loss is {loss.item()} at epoch {epoch}; try a lower lr than {lr}"
-                )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        val_loss, val_accuracy = _validate(policy, obs, tokens, val_idx, batch_size)
-        history.append({"bc/train_loss": float(np.mean(losses)), "bc/val_loss": val_loss,
-                        "bc/val_accuracy": val_accuracy})
-        if val_loss < best_val:  # never true without a validation split: the loss is NaN
-            best_epoch, best_val = epoch, val_loss
-            if keep == "best_val_loss":
-                best_state = copy.deepcopy(policy.state_dict())
-    kept_epoch = best_epoch if best_state is not None else epochs
-    if best_state is not None:
-        policy.load_state_dict(best_state)
-    policy.eval()
-    return {
-        **history[-1],
-        "bc/best_epoch": best_epoch if best_epoch else math.nan,
-        "bc/best_val_loss": best_val if best_epoch else math.nan,
-        "bc/kept_epoch": kept_epoch,
-        "bc/train_steps": len(train_idx),
-        "bc/val_steps": len(val_idx),
-        "bc/seconds": time.perf_counter() - start,
-        **normalizer,
-        "history": history,
-    }
+
+def _train_epoch(
+    policy: TokenPolicy,
+    obs: Mapping[str, torch.Tensor],
+    tokens: torch.Tensor,
+    order: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    batch_size: int,
+    shift_pad: int,
+    epoch: int,
+) -> list[float]:
+    """One pass of cross-entropy steps over the steps ``order`` lists, in that order.
+
+    Returns:
+        The loss of each minibatch.
+
+    Raises:
+        FloatingPointError: A loss became NaN or infinite (before its step is taken).
+    """
+    policy.train()
+    losses = []
+    for batch_idx in order.split(batch_size):
+        batch = {key: value[batch_idx] for key, value in obs.items()}
+        if "pixels" in batch:
+            batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
+        # the demo's own tokens condition an autoregressive policy (teacher forcing)
+        loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx])
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"BC loss is {loss.item()} at epoch {epoch}; try a lower "
+                                     f"lr than {optimizer.param_groups[0]['lr']}")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 def _policy_inputs(

@@ -19,7 +19,8 @@ One file holds the episodes of one task under one set of environment options::
 ``obs[t]`` is the observation the action ``actions[t]`` was chosen on. ``env_args`` is
 ``{"env_name": task, "env_kwargs": {...}, "collection": {...}}``: :func:`rebuild_env` turns it back
 into the environment the demos came from, so a policy trained on them is evaluated on the same
-observations.
+observations. Files recorded for reuse (the demos a run clones its start policy from) are cached in
+:func:`demo_cache_dir`.
 """
 
 from __future__ import annotations
@@ -37,12 +38,23 @@ import numpy as np
 from tqdm import tqdm
 
 import tasks
+from harness.demo_episodes import read_episode, record_episode, write_episode
 from harness_common.files import atomic_path
 
 ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
 DEMO_LABELS: tuple[str, ...] = ("executed", "expert")  # what a demo's ``actions`` hold
 MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
 _DEMO_NAME = re.compile(r"demo_(\d+)")
+
+
+def demo_cache_dir() -> Path:
+    """The folder where recorded demos are cached for reuse: ``data/demos`` under the working
+    directory. Every reader and writer of the cache asks here, so that moving it is one change.
+
+    Returns:
+        The folder, relative to the working directory (it may not exist yet).
+    """
+    return Path("data") / "demos"
 
 
 @dataclass(frozen=True)
@@ -100,20 +112,11 @@ def rebuild_env(env_args: dict[str, Any] | str, **overrides: Any) -> tasks.Manip
 
 
 def collect_demos(
-    path: str | os.PathLike,
-    task: str,
-    episodes: int,
-    noise: float = 0.0,
-    obs_mode: str = "pixels_state",
-    camera: str = "front",
-    image_size: int = 84,
-    difficulty: float = 1.0,
-    seed: int = 0,
-    only_successes: bool = True,
-    max_episode_steps: int | None = None,
-    env_options: Mapping[str, Any] | None = None,
-    progress: bool = True,
-    label: str = "executed",
+    path: str | os.PathLike, task: str, episodes: int, noise: float = 0.0,
+    obs_mode: str = "pixels_state", camera: str = "front", image_size: int = 84,
+    difficulty: float = 1.0, seed: int = 0, only_successes: bool = True,
+    max_episode_steps: int | None = None, env_options: Mapping[str, Any] | None = None,
+    progress: bool = True, label: str = "executed",
 ) -> dict[str, Any]:
     """Record scripted-expert episodes of ``task`` into an HDF5 file at ``path``.
 
@@ -159,6 +162,36 @@ def collect_demos(
     """
     if episodes < 1:
         raise ValueError(f"episodes={episodes}; must be >= 1")
+    env_args = _demo_env_args(task, noise=noise, obs_mode=obs_mode, camera=camera,
+                              image_size=image_size, difficulty=difficulty, seed=seed,
+                              only_successes=only_successes,
+                              max_episode_steps=max_episode_steps, env_options=env_options,
+                              label=label)
+    env_args_json = json.dumps(env_args)  # _demo_env_args made sure it can
+    env = rebuild_env(env_args)
+    path = Path(path)
+    bar = tqdm(total=episodes, desc=f"demos {task}", disable=not progress, leave=False)
+    try:
+        with atomic_path(path) as tmp_name, h5py.File(tmp_name, "w") as f:
+            data = f.create_group("data")
+            tally = _record_demos(data, env, task, episodes, env_args["collection"],
+                                  difficulty, bar)
+            data.attrs["env_args"] = env_args_json
+            data.attrs["total"] = tally.steps
+            data.attrs["format_version"] = DEMO_FORMAT_VERSION
+    finally:
+        bar.close()
+        env.close()
+    return {"path": str(path), "episodes": tally.kept, "attempts": tally.attempts,
+            "steps": tally.steps, "expert_success_rate": tally.successes / tally.attempts}
+
+
+def _demo_env_args(
+    task: str, noise: float, obs_mode: str, camera: str, image_size: int, difficulty: float,
+    seed: int, only_successes: bool, max_episode_steps: int | None,
+    env_options: Mapping[str, Any] | None, label: str,
+) -> dict[str, Any]:
+    """The ``env_args`` of a demo file from :func:`collect_demos`'s arguments, checked."""
     if label not in DEMO_LABELS:
         raise ValueError(f"label={label!r}; choose one of {DEMO_LABELS}")
     env_kwargs = {
@@ -182,99 +215,52 @@ def collect_demos(
                        **({"label": label} if label != "executed" else {})},
     }
     try:  # before recording, not after every episode has been rendered
-        env_args_json = json.dumps(env_args)
+        json.dumps(env_args)
     except TypeError as error:
         raise ValueError(f"env_options cannot be stored in the demo file: {error}") from None
-    env = rebuild_env(env_args)
+    return env_args
+
+
+@dataclass
+class _Tally:
+    """Demos kept, attempts made, successes among them and steps stored so far."""
+
+    kept: int = 0
+    attempts: int = 0
+    successes: int = 0
+    steps: int = 0
+
+
+def _record_demos(data: h5py.Group, env: tasks.ManipulationEnv, task: str, episodes: int,
+                  collection: Mapping[str, Any], difficulty: float, bar: tqdm) -> _Tally:
+    """Record attempts on seeds ``seed, seed + 1, ...`` into ``demo_<i>`` groups of ``data``
+    until ``episodes`` are kept or the attempts allowed are spent (see :func:`collect_demos`).
+
+    Raises:
+        RuntimeError: Fewer than ``episodes`` demos were kept.
+    """
+    seed, noise, only_successes = (collection[key] for key in ("seed", "noise", "only_successes"))
+    label = collection.get("label", "executed")
     max_attempts = MAX_TRIES_PER_DEMO * episodes if only_successes else episodes
-
-    path = Path(path)
-    kept = attempts = successes = total = 0
-    bar = tqdm(total=episodes, desc=f"demos {task}", disable=not progress, leave=False)
-    try:
-        with atomic_path(path) as tmp_name, h5py.File(tmp_name, "w") as f:
-            data = f.create_group("data")
-            while kept < episodes and attempts < max_attempts:
-                episode_seed = seed + attempts
-                episode = _record_episode(env, episode_seed, difficulty, noise, label)
-                attempts += 1
-                successes += episode["success"]
-                if only_successes and not episode["success"]:
-                    continue
-                _write_demo(data.create_group(f"demo_{kept}"), episode, episode_seed)
-                kept += 1
-                total += len(episode["actions"])
-                bar.update(1)
-            if kept < episodes:
-                raise RuntimeError(
-                    f"the {task} expert (noise={noise}, difficulty={difficulty}) succeeded in"
-                    f" {successes} of {attempts} attempts, short of the {episodes} demos asked"
-                    " for; lower the noise or the difficulty"
-                )
-            data.attrs["env_args"] = env_args_json
-            data.attrs["total"] = total
-            data.attrs["format_version"] = DEMO_FORMAT_VERSION
-    finally:
-        bar.close()
-        env.close()
-    return {
-        "path": str(path),
-        "episodes": kept,
-        "attempts": attempts,
-        "steps": total,
-        "expert_success_rate": successes / attempts,
-    }
-
-
-def _record_episode(
-    env: tasks.ManipulationEnv, seed: int, difficulty: float, noise: float,
-    label: str = "executed",
-) -> dict[str, Any]:
-    """One expert episode: per-key observation lists, actions (by ``label``), rewards, dones
-    and success; with ``label="expert"`` also the executed actions."""
-    expert = tasks.ScriptedExpert(env, noise=noise, seed=seed)
-    obs, info = env.reset(seed=seed, options={"difficulty": float(difficulty)})
-    observations: dict[str, list[np.ndarray]] = {key: [] for key in obs}
-    actions, executed_actions, rewards, dones, snapshots = [], [], [], [], []
-    done = False
-    while not done:
-        clean, action = expert.act()
-        for key, value in obs.items():
-            observations[key].append(value)
-        snapshots.append(np.frombuffer(tasks.snapshot_to_bytes(env.snapshot()), np.uint8))
-        obs, reward, terminated, truncated, info = env.step(action)
-        done = terminated or truncated
-        actions.append(clean if label == "expert" else action)
-        executed_actions.append(action)
-        rewards.append(reward)
-        dones.append(done)
-    return {
-        "obs": {key: np.stack(values) for key, values in observations.items()},
-        "actions": np.asarray(actions, dtype=np.float32),
-        "rewards": np.asarray(rewards, dtype=np.float32),
-        "dones": np.asarray(dones, dtype=np.uint8),
-        "snapshots": snapshots,
-        "success": bool(info["is_success"]),
-        **({"executed_actions": np.asarray(executed_actions, dtype=np.float32)}
-           if label == "expert" else {}),
-    }
-
-
-def _write_demo(group: h5py.Group, episode: dict[str, Any], seed: int) -> None:
-    for key, array in episode["obs"].items():
-        # Images dominate the file size and compress well; small vectors are not worth it.
-        compression = "gzip" if array.dtype == np.uint8 else None
-        group.create_dataset(f"obs/{key}", data=array, compression=compression)
-    for key in ("actions", "executed_actions", "rewards", "dones"):
-        if key in episode:
-            group.create_dataset(key, data=episode[key])
-    snapshots = group.create_dataset("snapshots", (len(episode["snapshots"]),),
-                                     dtype=h5py.vlen_dtype(np.uint8))
-    for t, snapshot in enumerate(episode["snapshots"]):
-        snapshots[t] = snapshot
-    group.attrs["num_samples"] = len(episode["actions"])
-    group.attrs["success"] = episode["success"]
-    group.attrs["seed"] = seed
+    tally = _Tally()
+    while tally.kept < episodes and tally.attempts < max_attempts:
+        episode_seed = seed + tally.attempts
+        episode = record_episode(env, episode_seed, difficulty, noise, label)
+        tally.attempts += 1
+        tally.successes += episode["success"]
+        if only_successes and not episode["success"]:
+            continue
+        write_episode(data.create_group(f"demo_{tally.kept}"), episode, episode_seed)
+        tally.kept += 1
+        tally.steps += len(episode["actions"])
+        bar.update(1)
+    if tally.kept < episodes:
+        raise RuntimeError(
+            f"the {task} expert (noise={noise}, difficulty={difficulty}) succeeded in"
+            f" {tally.successes} of {tally.attempts} attempts, short of the {episodes} demos"
+            " asked for; lower the noise or the difficulty"
+        )
+    return tally
 
 
 DEMO_FORMAT_VERSION = 2  # 2: a snapshot per step (start states for the group trainer)
@@ -351,7 +337,7 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         if unknown:
             raise ValueError(f"{path} has no observation key(s) {unknown}; it has {available}")
         try:
-            episodes = [_read_demo(data[name], wanted) for name in names]
+            episodes = [read_episode(data[name], wanted) for name in names]
         except (KeyError, OSError) as error:
             raise ValueError(f"{path} is damaged: {error}") from error
     for name, episode in zip(names, episodes, strict=True):
@@ -377,14 +363,3 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         seeds=np.array([e["seed"] for e in episodes], dtype=np.int64),
         env_args=env_args,
     )
-
-
-def _read_demo(group: h5py.Group, keys: list[str]) -> dict[str, Any]:
-    return {
-        "obs": {key: group["obs"][key][()] for key in keys},
-        "actions": group["actions"][()],
-        "rewards": group["rewards"][()],
-        "dones": group["dones"][()],
-        "success": bool(group.attrs["success"]),
-        "seed": int(group.attrs["seed"]),
-    }

@@ -168,22 +168,10 @@ def export_onnx(
                     for entry in inputs)
     copied = copy.deepcopy(policy).cpu().eval()
     module = GreedyGraph(_fixed_pools(copied, dict(zip(keys, example, strict=True))), keys)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        # The tracer announces its deprecation in favour of the exporter that needs onnxscript,
-        # and flags torch.as_tensor in tokens_to_actions, an identity on a tensor.
-        for category in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
-            warnings.simplefilter("ignore", category)
-        try:
-            torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
-                              input_names=list(keys), output_names=list(OUTPUTS),
-                              dynamic_axes={name: {0: "batch"} for name in (*keys, *OUTPUTS)})
-        except RuntimeError as error:  # torch.onnx's errors, SymbolicValueError included
-            raise ValueError(f"torch.onnx.export cannot export this {policy.config.kind} "
-                             f"policy: {error}") from error
-    model = onnx.load_from_string(buffer.getvalue())
+    traced = _trace(module, example, keys, policy.config.kind)
+    model = onnx.load_from_string(traced)
     onnx.checker.check_model(model)
-    parity = compare_with_torch(buffer.getvalue(), policy, observations) if observations else None
+    parity = compare_with_torch(traced, policy, observations) if observations else None
     if parity is not None and (parity["max_abs_logit_diff"] > tolerance
                                or parity["token_mismatches"] or parity["action_mismatches"]):
         raise ValueError(f"the ONNX graph does not reproduce the {policy.config.kind} policy: "
@@ -210,6 +198,29 @@ def export_onnx(
                         f" arrays -> logits, greedy tokens, actions; see the {METADATA_KEY!r}"
                         " metadata")
     return model.SerializeToString(), full
+
+
+def _trace(module: nn.Module, example: tuple[torch.Tensor, ...], keys: Sequence[str],
+           kind: str) -> bytes:
+    """The ONNX bytes of ``module`` traced on ``example``, every axis 0 a dynamic batch.
+
+    Raises:
+        ValueError: The exporter fails on a layer of the ``kind`` policy.
+    """
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        # The tracer announces its deprecation in favour of the exporter that needs onnxscript,
+        # and flags torch.as_tensor in tokens_to_actions, an identity on a tensor.
+        for category in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
+            warnings.simplefilter("ignore", category)
+        try:
+            torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
+                              input_names=list(keys), output_names=list(OUTPUTS),
+                              dynamic_axes={name: {0: "batch"} for name in (*keys, *OUTPUTS)})
+        except RuntimeError as error:  # torch.onnx's errors, SymbolicValueError included
+            raise ValueError(f"torch.onnx.export cannot export this {kind} policy: "
+                             f"{error}") from error
+    return buffer.getvalue()
 
 
 def compare_with_torch(model: bytes, policy: TokenPolicy,

@@ -56,21 +56,7 @@ def group_advantages(
         ValueError: Unknown estimator, ``group_size`` too small for the estimator, ``N`` not a
             multiple of ``group_size``, or ``critic`` without matching ``values``.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
-    if estimator in _GROUP_ESTIMATORS and group_size < 2:
-        raise ValueError(
-            f"estimator {estimator!r} compares attempts within a group and needs group_size >= 2,"
-            f" got {group_size}"
-        )
-    if rewards.numel() % group_size != 0:
-        raise ValueError(
-            f"{rewards.numel()} rewards do not split into groups of group_size={group_size}"
-        )
+    _check_group_rewards(rewards, group_size, estimator)
 
     if estimator == "reinforce":
         return rewards.clone()
@@ -95,6 +81,25 @@ def group_advantages(
         mean_of_others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
         advantages = grouped - mean_of_others
     return advantages.reshape(-1)
+
+
+def _check_group_rewards(rewards: torch.Tensor, group_size: int, estimator: str) -> None:
+    """Raise ``ValueError`` unless ``rewards`` split into groups ``estimator`` can compare."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if estimator in _GROUP_ESTIMATORS and group_size < 2:
+        raise ValueError(
+            f"estimator {estimator!r} compares attempts within a group and needs group_size >= 2,"
+            f" got {group_size}"
+        )
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"{rewards.numel()} rewards do not split into groups of group_size={group_size}"
+        )
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -133,14 +138,8 @@ def policy_loss(
         rho = exp(logp - old_logp)
         l   = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + beta * k3(logp, ref)
 
-    ``clip_high > clip_low`` is DAPO's "clip-higher" (Yu et al., 2025). Aggregations:
-
-    * ``seq_mean_token_mean`` (GRPO): mean over each row's valid tokens, then mean over rows. A
-      long attempt's tokens each weigh less, which favours long wrong attempts (Liu et al., 2025).
-      Rows without valid tokens count as zero.
-    * ``token_sum_const`` (Dr. GRPO): sum over valid tokens divided by the constant
-      ``B * max_tokens``, so every token weighs the same whatever its attempt's length.
-    * ``token_mean`` (DAPO): sum over valid tokens divided by the number of valid tokens.
+    ``clip_high > clip_low`` is DAPO's "clip-higher" (Yu et al., 2025). The token losses are
+    then aggregated into one scalar by :func:`aggregate_token_loss`.
 
     Args:
         logp: ``(B, T)`` log-probabilities of the taken tokens under the policy being trained.
@@ -150,7 +149,7 @@ def policy_loss(
         clip_low: ``epsilon_low``; the ratio is clipped below at ``1 - clip_low``.
         clip_high: ``epsilon_high``; the ratio is clipped above at ``1 + clip_high``. Defaults to
             ``clip_low``.
-        aggregation: One of :data:`AGGREGATIONS`.
+        aggregation: One of :data:`AGGREGATIONS` (see :func:`aggregate_token_loss`).
         max_tokens: The constant ``T_max`` of ``token_sum_const``.
         ref_logp: ``(B, T)`` log-probabilities under a frozen reference policy, for the KL term.
         beta: Weight of the KL term; needs ``ref_logp`` when positive.
@@ -165,10 +164,95 @@ def policy_loss(
         ValueError: Unknown aggregation, ``token_sum_const`` without ``max_tokens``,
             ``beta > 0`` without ``ref_logp``, or mismatched shapes.
     """
+    _check_loss_inputs(logp, old_logp, advantages, mask, aggregation, max_tokens, ref_logp, beta)
+    if clip_high is None:
+        clip_high = clip_low
+
+    mask = mask.to(logp.dtype)
+    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1), broadcast over tokens
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = ratio * adv
+    pg_clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(pg_unclipped, pg_clipped)  # (B, T)
+    kl_ref = None if ref_logp is None else kl_k3(logp, ref_logp)
+    if kl_ref is not None and beta > 0:
+        per_token = per_token + beta * kl_ref
+
+    loss = aggregate_token_loss(per_token, mask, aggregation, max_tokens)
+    return loss, _surrogate_metrics(mask, log_ratio, ratio, pg_unclipped, pg_clipped, kl_ref)
+
+
+@torch.no_grad()
+def _surrogate_metrics(
+    mask: torch.Tensor, log_ratio: torch.Tensor, ratio: torch.Tensor,
+    pg_unclipped: torch.Tensor, pg_clipped: torch.Tensor, kl_ref: torch.Tensor | None,
+) -> dict[str, float]:
+    """Means over valid tokens of :func:`policy_loss`'s terms (its Returns names them)."""
+    num_valid = mask.sum().clamp(min=1.0)
+
+    def valid_mean(x: torch.Tensor) -> float:
+        return float((x * mask).sum() / num_valid)
+
+    metrics = {
+        "clip_fraction": valid_mean((pg_clipped < pg_unclipped).to(mask.dtype)),
+        "approx_kl": valid_mean((ratio - 1.0) - log_ratio),
+        "ratio_mean": valid_mean(ratio),
+    }
+    if kl_ref is not None:
+        metrics["kl_ref"] = valid_mean(kl_ref)
+    return metrics
+
+
+def aggregate_token_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    aggregation: str = "seq_mean_token_mean",
+    max_tokens: int | None = None,
+) -> torch.Tensor:
+    """One scalar loss from per-token losses, padding excluded.
+
+    * ``seq_mean_token_mean`` (GRPO): mean over each row's valid tokens, then mean over rows. A
+      long attempt's tokens each weigh less, which favours long wrong attempts (Liu et al., 2025).
+      Rows without valid tokens count as zero.
+    * ``token_sum_const`` (Dr. GRPO): sum over valid tokens divided by the constant
+      ``B * max_tokens``, so every token weighs the same whatever its attempt's length.
+    * ``token_mean`` (DAPO): sum over valid tokens divided by the number of valid tokens.
+
+    Args:
+        per_token: ``(B, T)`` loss of each token.
+        mask: ``(B, T)`` float, 1 for a valid token, 0 for padding.
+        aggregation: One of :data:`AGGREGATIONS`.
+        max_tokens: The constant ``T_max`` of ``token_sum_const``.
+
+    Returns:
+        The scalar loss.
+
+    Raises:
+        ValueError: Unknown aggregation, or ``token_sum_const`` without ``max_tokens >= 1``.
+    """
+    _check_aggregation(aggregation, max_tokens)
+    masked = per_token * mask
+    if aggregation == "seq_mean_token_mean":
+        return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    if aggregation == "token_sum_const":
+        return masked.sum() / (per_token.shape[0] * max_tokens)
+    return masked.sum() / mask.sum().clamp(min=1.0)  # token_mean
+
+
+def _check_aggregation(aggregation: str, max_tokens: int | None) -> None:
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
     if aggregation == "token_sum_const" and (max_tokens is None or max_tokens < 1):
         raise ValueError(f"aggregation 'token_sum_const' needs max_tokens >= 1, got {max_tokens}")
+
+
+def _check_loss_inputs(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    aggregation: str, max_tokens: int | None, ref_logp: torch.Tensor | None, beta: float,
+) -> None:
+    """Raise ``ValueError`` on inputs :func:`policy_loss` refuses, before any arithmetic."""
+    _check_aggregation(aggregation, max_tokens)
     if beta > 0 and ref_logp is None:
         raise ValueError(f"beta={beta} weighs a KL to the reference policy but ref_logp is None")
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
@@ -180,40 +264,3 @@ def policy_loss(
         raise ValueError(
             f"advantages must have shape (B,)=({logp.shape[0]},), got {tuple(advantages.shape)}"
         )
-    if clip_high is None:
-        clip_high = clip_low
-
-    mask = mask.to(logp.dtype)
-    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1), broadcast over tokens
-    log_ratio = logp - old_logp
-    ratio = torch.exp(log_ratio)
-    pg_unclipped = ratio * adv
-    pg_clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    per_token = -torch.minimum(pg_unclipped, pg_clipped)  # (B, T)
-    if ref_logp is not None:
-        kl_ref = kl_k3(logp, ref_logp)
-        if beta > 0:
-            per_token = per_token + beta * kl_ref
-
-    masked = per_token * mask
-    if aggregation == "seq_mean_token_mean":
-        loss = (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
-    elif aggregation == "token_sum_const":
-        loss = masked.sum() / (logp.shape[0] * max_tokens)
-    else:  # token_mean
-        loss = masked.sum() / mask.sum().clamp(min=1.0)
-
-    with torch.no_grad():
-        num_valid = mask.sum().clamp(min=1.0)
-
-        def valid_mean(x: torch.Tensor) -> float:
-            return float((x * mask).sum() / num_valid)
-
-        metrics = {
-            "clip_fraction": valid_mean((pg_clipped < pg_unclipped).to(logp.dtype)),
-            "approx_kl": valid_mean((ratio - 1.0) - log_ratio),
-            "ratio_mean": valid_mean(ratio),
-        }
-        if ref_logp is not None:
-            metrics["kl_ref"] = valid_mean(kl_ref)
-    return loss, metrics

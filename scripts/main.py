@@ -6,7 +6,7 @@ full difficulty (goal 6-18 cm away, two distractor cubes, the instruction naming
 1. record 200 scripted-expert demonstrations with noise injected into the executed actions
    (once: they are cached under ``data/demos``);
 2. teach the policy's features the simulator state on noisy-expert frames
-   (``harness.start_policy.pretrain_state_features``), then behaviour-clone it on the action
+   (``harness.state_pretraining.pretrain_state_features``), then behaviour-clone it on the action
    tokens, keeping the epoch with the lowest loss on held-out demos;
 3. evaluate the BC policy on held-out seeds;
 4. fine-tune it with GRPO (``harness.algos.group``) for ``algo.iterations`` iterations (about

@@ -27,7 +27,8 @@ from harness.policies import (
     resolve_device,
     tokens_to_actions,
 )
-from harness.start_policy import cloned_start_policy, pretrain_state_features
+from harness.start_policy import CloneOptions, cloned_start_policy
+from harness.state_pretraining import pretrain_state_features
 
 torch.set_num_threads(1)
 
@@ -318,10 +319,10 @@ def test_shift_augmentation_reaches_training_only_and_is_seeded(tmp_path):
     config = TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4))
 
     def clone(pretrain_pad: int, bc_pad: int) -> dict[str, torch.Tensor]:
-        policy, metrics = cloned_start_policy(
-            "reach", options, config, demos=2, epochs=2, difficulty=1.0, demo_dir=tmp_path,
-            progress=False, state_pretrain_episodes=3, state_pretrain_epochs=2,
-            state_pretrain_shift_pad=pretrain_pad, bc_shift_pad=bc_pad)
+        policy, metrics = cloned_start_policy("reach", options, config, CloneOptions(
+            demos=2, epochs=2, difficulty=1.0, demo_dir=tmp_path, progress=False,
+            state_pretrain_episodes=3, state_pretrain_epochs=2,
+            state_pretrain_shift_pad=pretrain_pad, bc_shift_pad=bc_pad))
         assert math.isfinite(metrics["pretrain/val_r2"])
         return policy
 
@@ -349,8 +350,9 @@ def clone_reach(demo_dir: Path, device: str = "cpu", **options):
     """``cloned_start_policy`` on 2 reach demos, 1 epoch, a small MLP."""
     return cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 40, **options},
-        TokenPolicyConfig(kind="mlp", hidden=16), demos=2, epochs=1, difficulty=0.0,
-        demo_dir=demo_dir, progress=False, device=device,
+        TokenPolicyConfig(kind="mlp", hidden=16),
+        CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=demo_dir, progress=False,
+                     device=device),
     )
 
 

@@ -18,10 +18,10 @@ import tasks
 from harness import config as harness_config
 from harness.bc import pretrain_bc, split_by_episode
 from harness.config.errors import ConfigError
-from harness.demos import collect_demos, load_demos, rebuild_env
+from harness.demos import collect_demos, demo_cache_dir, load_demos, rebuild_env
 from harness.export import export_onnx, sample_observations
 from harness.policies import TokenPolicyConfig, load_policy, make, obs_to_batch, save_policy
-from harness.start_policy import cloned_start_policy, demo_file
+from harness.start_policy import CloneOptions, cloned_start_policy, demo_file
 
 torch.set_num_threads(1)
 
@@ -80,8 +80,9 @@ def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
     assert noisy != plain and "_dart0.5_d1_n20" in noisy.name
     policy, metrics = cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 30},
-        TokenPolicyConfig(kind="mlp", hidden=16), demos=2, epochs=1, difficulty=0.0,
-        demo_dir=tmp_path, progress=False, noise=0.4)
+        TokenPolicyConfig(kind="mlp", hidden=16),
+        CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=tmp_path, progress=False,
+                     noise=0.4))
     assert "_dart0.4_" in metrics["bc/demo_file"]
     assert load_demos(metrics["bc/demo_file"]).env_args["collection"]["label"] == "expert"
 
@@ -92,8 +93,9 @@ def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
     def clone(keep: str):
         return cloned_start_policy(
             "reach", {"obs_mode": "state", "max_episode_steps": 30},
-            TokenPolicyConfig(kind="mlp", hidden=16), demos=6, epochs=8, difficulty=0.0,
-            demo_dir=tmp_path, progress=False, bc_lr=0.05, bc_keep=keep)
+            TokenPolicyConfig(kind="mlp", hidden=16),
+            CloneOptions(demos=6, epochs=8, difficulty=0.0, demo_dir=tmp_path, progress=False,
+                         bc_lr=0.05, bc_keep=keep))
 
     (best_policy, best), (last_policy, last) = clone("best_val_loss"), clone("last")
     assert best["bc/best_epoch"] < 8 and best["bc/kept_epoch"] == best["bc/best_epoch"]
@@ -104,6 +106,21 @@ def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
     assert not all(torch.equal(a, b) for a, b in zip(best_policy.state_dict().values(),
                                                      last_policy.state_dict().values(),
                                                      strict=True))
+
+
+def test_clone_options_refuse_bad_values_by_name():
+    with pytest.raises(ValueError, match="demos=-1; must be >= 0"):
+        CloneOptions(demos=-1, epochs=1, difficulty=0.0)
+    with pytest.raises(ValueError, match="demos=0 and no dataset"):
+        CloneOptions(demos=0, epochs=1, difficulty=0.0)
+    with pytest.raises(ValueError, match="epochs=0; must be >= 1"):
+        CloneOptions(demos=2, epochs=0, difficulty=0.0)
+    with pytest.raises(ValueError, match="bc_shift_pad=-2"):
+        CloneOptions(demos=2, epochs=1, difficulty=0.0, bc_shift_pad=-2)
+    with pytest.raises(ValueError, match="bc_keep='best'; choose one of"):
+        CloneOptions(demos=2, epochs=1, difficulty=0.0, bc_keep="best")
+    # demos are cached in the one cache folder unless a run names another
+    assert CloneOptions(demos=2, epochs=1, difficulty=0.0).demo_dir == demo_cache_dir()
 
 
 def test_demos_of_an_older_task_version_are_not_reused(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from harness.demos import collect_demos, load_demos
 from harness.lerobot import export_lerobot, load_lerobot, read_info
 from harness.lerobot.video import decode_video
 from harness.policies import TokenPolicyConfig
-from harness.start_policy import cloned_start_policy
+from harness.start_policy import CloneOptions, cloned_start_policy
 
 torch.set_num_threads(1)
 
@@ -246,7 +246,8 @@ def test_stats_json_matches_the_data(pixel_demos, exported):
 def test_bc_clones_a_pixel_policy_from_a_dataset_folder(exported, tmp_path):
     policy, metrics = cloned_start_policy(
         "push", PIXEL_OPTIONS, TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4,)),
-        demos=0, epochs=3, difficulty=0.0, demo_dir=tmp_path, progress=False, dataset=exported)
+        CloneOptions(demos=0, epochs=3, difficulty=0.0, demo_dir=tmp_path, progress=False,
+                     dataset=exported))
     assert metrics["bc/dataset"] == str(exported) and "bc/demo_file" not in metrics
     assert math.isfinite(metrics["bc/train_loss"]) and metrics["bc/train_steps"] > 0
     assert not list(tmp_path.iterdir())  # nothing recorded
@@ -293,9 +294,9 @@ def test_a_dataset_without_what_the_task_observes_is_refused(exported, state_dat
                                                               tmp_path):
     mlp = TokenPolicyConfig(kind="mlp", hidden=16)
     with pytest.raises(ValueError, match=r"lacks the feature\(s\) \['observation.images"):
-        cloned_start_policy("reach", {"obs_mode": "pixels", "image_size": IMAGE}, mlp, demos=0,
-                            epochs=1, difficulty=0.0, demo_dir=tmp_path, progress=False,
-                            dataset=state_dataset[1])
+        cloned_start_policy("reach", {"obs_mode": "pixels", "image_size": IMAGE}, mlp,
+                            CloneOptions(demos=0, epochs=1, difficulty=0.0, demo_dir=tmp_path,
+                                         progress=False, dataset=state_dataset[1]))
     with pytest.raises(ValueError, match=rf"{CAMERA} \(pixels\) has shape \(32, 32, 3\)"):
         load_lerobot(exported, shapes={"pixels": (48, 48, 3)})
     with pytest.raises(ValueError, match="no camera 'wrist'"):

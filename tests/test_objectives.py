@@ -10,6 +10,7 @@ import torch
 from harness.objectives import (
     AGGREGATIONS,
     ESTIMATORS,
+    aggregate_token_loss,
     group_advantages,
     kl_k3,
     policy_loss,
@@ -194,6 +195,18 @@ def test_token_sum_const_weighs_every_token_the_same():
 def test_token_mean_divides_by_valid_tokens():
     grad = _per_token_grads("token_mean")
     torch.testing.assert_close(grad[grad != 0], torch.full((6,), 1 / 6))
+
+
+def test_aggregations_of_token_losses_by_hand():
+    # rows of 1 and 3 valid tokens (losses 2 | 1, 3, 5), padding holding 100 that must not count
+    per_token = torch.tensor([[2.0, 100.0, 100.0], [1.0, 3.0, 5.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert aggregate_token_loss(per_token, mask).item() == pytest.approx((2 + 3) / 2)
+    assert aggregate_token_loss(per_token, mask, "token_sum_const", max_tokens=3).item() == (
+        pytest.approx(11 / (2 * 3)))
+    assert aggregate_token_loss(per_token, mask, "token_mean").item() == pytest.approx(11 / 4)
+    with pytest.raises(ValueError, match="max_tokens >= 1, got 0"):
+        aggregate_token_loss(per_token, mask, "token_sum_const", max_tokens=0)
 
 
 # --- policy_loss: values and metrics on a hand-computed case ----------------------------------

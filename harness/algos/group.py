@@ -59,7 +59,7 @@ from harness.policies import TokenPolicy, resolve_device
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import Run
-from harness.start_policy import cloned_start_policy, keep_start_policy
+from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
 from harness_common.stats import paired_summary
 
 log = logging.getLogger(__name__)
@@ -153,14 +153,16 @@ class GroupRun:
         if algo.bc_demos > 0 or algo.bc_dataset:
             return cloned_start_policy(
                 cfg.task.name, self.task_options, cfg.policy.token_policy_config(),
-                algo.bc_demos, algo.bc_epochs,
-                cfg.task.difficulty if algo.bc_difficulty is None else algo.bc_difficulty,
-                seed=cfg.seed, progress=cfg.logger.progress_bar,
-                state_pretrain_episodes=algo.state_pretrain_episodes,
-                state_pretrain_epochs=algo.state_pretrain_epochs,
-                state_pretrain_shift_pad=algo.state_pretrain_shift_pad,
-                bc_shift_pad=algo.bc_shift_pad, bc_lr=algo.bc_lr, bc_keep=algo.bc_keep,
-                device=str(self.device), dataset=algo.bc_dataset, noise=algo.bc_noise,
+                CloneOptions(
+                    demos=algo.bc_demos, epochs=algo.bc_epochs,
+                    difficulty=(cfg.task.difficulty if algo.bc_difficulty is None
+                                else algo.bc_difficulty),
+                    seed=cfg.seed, progress=cfg.logger.progress_bar,
+                    state_pretrain_episodes=algo.state_pretrain_episodes,
+                    state_pretrain_epochs=algo.state_pretrain_epochs,
+                    state_pretrain_shift_pad=algo.state_pretrain_shift_pad,
+                    bc_shift_pad=algo.bc_shift_pad, bc_lr=algo.bc_lr, bc_keep=algo.bc_keep,
+                    device=str(self.device), dataset=algo.bc_dataset, noise=algo.bc_noise),
             )
         config = cfg.policy.token_policy_config()
         if config.normalize_state:

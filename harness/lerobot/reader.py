@@ -105,19 +105,8 @@ def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | No
         columns.append(sources["pixels"])
     frames = _read_frames(root, info, episodes, columns)
 
-    obs: dict[str, np.ndarray] = {}
-    for key in wanted:
-        if key in layout.VECTOR_KEYS:
-            obs[key] = _column(frames[sources[key]]).astype(np.float32)
-        elif key == "instruction":
-            obs[key] = _instructions(root, frames["task_index"].to_numpy())
-        else:
-            obs[key] = (_video_frames(root, info, video, episodes, frames) if video
-                        else _image_frames(frames[sources[key]]))
-            if obs[key].shape[1:] != tuple(features[sources[key]]["shape"]):
-                raise ValueError(f"{root}: {sources[key]} decodes to frames of "
-                                 f"{obs[key].shape[1:]}; info.json says "
-                                 f"{tuple(features[sources[key]]['shape'])}")
+    obs = {key: _observation(root, info, key, sources[key], video, episodes, frames)
+           for key in wanted}
     episode_ids = frames["episode_index"].to_numpy()
     ends = np.r_[episode_ids[1:] != episode_ids[:-1], True]  # each episode's last frame
     recorded = extra.get("episodes", {})
@@ -139,6 +128,27 @@ def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | No
         seeds=np.asarray(per_episode("seed", -1), dtype=np.int64),
         env_args=extra.get("env_args", {}),
     )
+
+
+def _observation(root: Path, info: dict[str, Any], key: str, source: str, video: str | None,
+                 episodes: dict[str, np.ndarray], frames: pa.Table) -> np.ndarray:
+    """The ``(N, ...)`` observations ``key`` of every frame, read from the feature ``source``:
+    a vector column, the task texts tokenised, or the images of ``video`` or of the data files.
+
+    Raises:
+        ValueError: Images that decode to another shape than ``info.json`` gives.
+    """
+    if key in layout.VECTOR_KEYS:
+        return _column(frames[source]).astype(np.float32)
+    if key == "instruction":
+        return _instructions(root, frames["task_index"].to_numpy())
+    images = (_video_frames(root, info, video, episodes, frames) if video
+              else _image_frames(frames[source]))
+    shape = tuple(info["features"][source]["shape"])
+    if images.shape[1:] != shape:
+        raise ValueError(f"{root}: {source} decodes to frames of {images.shape[1:]}; "
+                         f"info.json says {shape}")
+    return images
 
 
 def _check_features(root: Path, features: dict[str, Any], sources: dict[str, str],

@@ -52,11 +52,7 @@ def export_lerobot(demos_path: str | os.PathLike, out: str | os.PathLike,
             per second, or ``pix_fmt`` cannot hold the frames.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out={out} is a file; a LeRobot dataset is a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"out={out} exists and is not empty; pass overwrite=true to "
-                              "replace it")
+    _check_out(out, overwrite)
     demos = load_demos(demos_path)
     unknown = sorted(set(demos.obs) - set(OBSERVATION_KEYS))
     if unknown or "instruction" not in demos.obs:
@@ -69,15 +65,7 @@ def export_lerobot(demos_path: str | os.PathLike, out: str | os.PathLike,
 
     texts, task_index = _tasks(demos.obs["instruction"])
     starts = np.flatnonzero(np.diff(demos.episode_ids, prepend=-1))
-    frame_index = np.arange(len(demos)) - starts[demos.episode_ids]
-    columns = _vector_columns(demos)
-    columns.update({
-        "timestamp": (frame_index / fps).astype(np.float32),
-        "frame_index": frame_index,
-        "episode_index": demos.episode_ids,
-        "index": np.arange(len(demos)),
-        "task_index": task_index,
-    })
+    columns = _frame_columns(demos, starts, task_index, fps)
     features = _features(demos, camera, pix_fmt, fps)
     bounds = list(zip(starts, [*starts[1:], len(demos)], strict=True))
 
@@ -109,6 +97,30 @@ def export_lerobot(demos_path: str | os.PathLike, out: str | os.PathLike,
         }))
     return {"out": str(out), "episodes": len(bounds), "frames": len(demos),
             "tasks": texts, "features": sorted(features), "fps": fps}
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Raise unless ``out`` can take the dataset folder (see :func:`export_lerobot`)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out={out} is a file; a LeRobot dataset is a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"out={out} exists and is not empty; pass overwrite=true to "
+                              "replace it")
+
+
+def _frame_columns(demos: Demos, starts: np.ndarray, task_index: np.ndarray,
+                   fps: int) -> dict[str, np.ndarray]:
+    """Every per-frame column of the data file: the vectors, then LeRobot's index columns
+    (``starts``: each episode's first frame)."""
+    frame_index = np.arange(len(demos)) - starts[demos.episode_ids]
+    return {
+        **_vector_columns(demos),
+        "timestamp": (frame_index / fps).astype(np.float32),
+        "frame_index": frame_index,
+        "episode_index": demos.episode_ids,
+        "index": np.arange(len(demos)),
+        "task_index": task_index,
+    }
 
 
 def control_fps(env_args: dict[str, Any]) -> int:
