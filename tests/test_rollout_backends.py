@@ -21,8 +21,10 @@ import tasks
 from harness import config as harness_config
 from harness import trainers
 from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import ProcessPool, RayPool
+from harness.algos.pools import PerWorkerPool
+from harness.algos.records import EngineSpec, Job
 from harness.config import ConfigError
+from harness.config.algos import RolloutConfig
 from harness.policies import make, sample_tokens
 from harness_common.files import read_metrics
 
@@ -89,14 +91,14 @@ def _jobs(policy_count: int = 48):
     jobs = []
     for group in range(policy_count // 4):
         env.reset(seed=group, options={"difficulty": 0.3})
-        jobs += [(env.snapshot(), group, 0.3)] * 4
+        jobs += [Job(env.snapshot(), group, 0.3)] * 4
     torch.manual_seed(0)
     policy = make(harness_config.compose(FAST).policy.token_policy_config(),
                   env.observation_space)
     env.close()
-    args = ("reach", {"obs_mode": "state", "max_episode_steps": 12},
-            (policy.config, policy.obs_shapes), 6, None)
-    return policy, jobs, args
+    spec = EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 12}, policy.config,
+                      policy.obs_shapes, 6)
+    return policy, jobs, spec
 
 
 def _same(a, b) -> None:
@@ -118,17 +120,16 @@ def _kill_soon(pool, timer: float = 0.3) -> threading.Timer:
     ("batched", "processes"), pytest.param("batched", "ray", marks=pytest.mark.slow),
 ])
 def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(backend, mode):
-    policy, jobs, args = _jobs()
-    with ProcessPool(1, args) as local:
+    policy, jobs, spec = _jobs()
+    with PerWorkerPool(spec, 1) as local:
         expected = local.run(policy, jobs, 1.0, seed=(0, 7, 0))
     if backend == "ray":
         pytest.importorskip("ray")
+    settings = RolloutConfig(backend=backend, cpus_per_worker=1)
     if mode == "batched":
-        pool = BatchedPool(2, (args[0], args[1], args[3], args[4]), backend)
-    elif backend == "ray":
-        pool = RayPool(2, args, address=None, cpus_per_worker=1)
+        pool = BatchedPool(spec.host, 2, settings)
     else:
-        pool = ProcessPool(2, args)
+        pool = PerWorkerPool(spec, 2, settings)
     with pool:
         pool.run(policy, jobs[:2], 1.0, seed=0)  # warm: both workers up and holding weights
         killer = _kill_soon(pool, timer=0.05)  # most often mid-call; else before the next one
@@ -141,8 +142,8 @@ def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(back
 
 
 def test_weights_travel_only_when_they_changed():
-    policy, jobs, args = _jobs()
-    with ProcessPool(2, args) as pool:
+    policy, jobs, spec = _jobs()
+    with PerWorkerPool(spec, 2) as pool:
         first = pool.run(policy, jobs, 1.0, seed=1)
         held = list(pool._held)
         pool.run(policy, jobs, 1.0, seed=1)
@@ -211,9 +212,10 @@ def test_a_joined_cluster_too_small_for_the_workers_is_refused_before_the_run_di
 
 def test_a_resource_request_no_node_can_hold_is_refused():
     pytest.importorskip("ray")
-    _, _, args = _jobs()
+    _, _, spec = _jobs()
     with pytest.raises(ConfigError, match="gpus_per_worker=1"):
-        RayPool(1, args, address=None, cpus_per_worker=1, gpus_per_worker=1)
+        PerWorkerPool(spec, 1, RolloutConfig(backend="ray", cpus_per_worker=1,
+                                             gpus_per_worker=1))
     import ray
 
     assert not ray.is_initialized()  # the local instance it started is shut down

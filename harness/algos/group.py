@@ -55,6 +55,7 @@ from harness.algos.group_checkpoints import (  # noqa: F401 - the trainer module
 )
 from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
+from harness.algos.records import EngineSpec
 from harness.algos.start_states import StartStates, demo_start_file
 from harness.config import MAX_RESAMPLE_ROUNDS
 from harness.demos import load_demo_snapshots
@@ -194,11 +195,9 @@ def train(cfg, run) -> dict[str, Any]:
 
     attempts_per_iteration = algo.num_start_states * algo.group_size
     envs_per_worker = max(1, math.ceil(attempts_per_iteration / algo.workers))
-    pool = pools.make_pool(algo.rollout, algo.workers,
-                           (cfg.task.name, task_options, (policy.config, policy.obs_shapes),
-                            envs_per_worker, verifier_view,
-                            algo.replay_every if starts.replay_wanted else 0,
-                            trainer.freeze_encoder))
+    pool = pools.make_pool(algo.rollout, algo.workers, EngineSpec(
+        cfg.task.name, task_options, policy.config, policy.obs_shapes, envs_per_worker,
+        verifier_view, algo.replay_every if starts.replay_wanted else 0, trainer.freeze_encoder))
     eval_difficulties = list(cfg.eval.difficulties) or [cfg.task.difficulty]
 
     def env_factory(render: bool = False):
