@@ -21,8 +21,8 @@ import tasks
 from harness import config as harness_config
 from harness import trainers
 from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import PerWorkerPool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.pools import PerWorkerPool, make_pool
+from harness.algos.records import EngineSpec, Job, RolloutWorkerError
 from harness.config import ConfigError
 from harness.config.algos import RolloutConfig
 from harness.policies import make, sample_tokens
@@ -139,6 +139,30 @@ def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(back
         assert pool.restarts == 1
         _same(rollout, expected)
         _same(again, expected)
+
+
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_an_exception_in_a_worker_process_comes_back_naming_the_worker(mode):
+    """A snapshot of another scene fails to restore inside the worker; the error, its type and
+    message, reaches the caller as a RolloutWorkerError naming the worker."""
+    policy, jobs, spec = _jobs(8)
+    push = tasks.make("push")
+    push.reset(seed=0)
+    jobs[5] = Job(push.snapshot(), 1, 0.3)  # the second worker's chunk
+    push.close()
+    pool = PerWorkerPool(spec, 2) if mode == "per_worker" else BatchedPool(spec.host, 2)
+    with pool, pytest.raises(RolloutWorkerError, match="rollout worker 1 failed: ValueError"):
+        pool.run(policy, jobs, 1.0, seed=0)
+
+
+def test_jobs_and_specs_that_are_not_records_are_refused():
+    policy, jobs, spec = _jobs(4)
+    with PerWorkerPool(spec, 1) as pool, pytest.raises(TypeError, match=r"jobs\[2\] is a tuple"):
+        pool.run(policy, [*jobs[:2], (jobs[2].snapshot, 0, 0.3)], 1.0, seed=0)
+    with pytest.raises(TypeError, match="expected a harness.algos.records.EngineSpec"):
+        make_pool(RolloutConfig(), 1, ("reach", {}, policy.config, policy.obs_shapes, 6))
+    with pytest.raises(ValueError, match="num_envs=0"):
+        EngineSpec("reach", {}, policy.config, policy.obs_shapes, 0)
 
 
 def test_weights_travel_only_when_they_changed():

@@ -58,7 +58,7 @@ class BatchedPool:
             RolloutWorkerError: A host raised, or hosts died too often.
         """
         check_jobs(jobs)
-        chunks = chunk_indices(len(jobs), len(self.workers.remotes))
+        chunks = chunk_indices(len(jobs), len(self.workers))
         verifier = self.spec.verifier_view is not None
         capture = self.spec.capture_every > 0
 

@@ -96,7 +96,7 @@ class PerWorkerPool:
         """
         check_jobs(jobs)
         version = weights_version(policy)
-        chunks = chunk_indices(len(jobs), len(self._held))
+        chunks = chunk_indices(len(jobs), len(self.workers))
         shared: list = []  # the weights, once put where every worker reads them
 
         def attempt(pending: list[int]) -> tuple[dict[int, RolloutBatch], list[int]]:

@@ -68,6 +68,13 @@ def check_jobs(jobs: list[Job]) -> None:
                             "harness.algos.records.Job(snapshot, group, difficulty, options)")
 
 
+def _check_envs(num_envs: int, capture_every: int) -> None:
+    if num_envs < 1:
+        raise ValueError(f"num_envs={num_envs}; a rollout worker needs >= 1 env")
+    if capture_every < 0:
+        raise ValueError(f"capture_every={capture_every}; expected >= 0 (0: off)")
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """What a worker holding only environments is built from (:class:`~harness.algos.rollouts.
@@ -93,10 +100,7 @@ class HostSpec:
     capture_every: int = 0
 
     def __post_init__(self) -> None:
-        if self.num_envs < 1:
-            raise ValueError(f"num_envs={self.num_envs}; a rollout worker needs >= 1 env")
-        if self.capture_every < 0:
-            raise ValueError(f"capture_every={self.capture_every}; expected >= 0 (0: off)")
+        _check_envs(self.num_envs, self.capture_every)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class EngineSpec:
         capture_every: See :class:`HostSpec`.
         image_features: Return the frozen encoder's features in place of the pixels
             (:class:`~harness.algos.rollouts.PolicyActor`).
+
+    Raises:
+        ValueError: ``num_envs`` < 1 or ``capture_every`` < 0.
     """
 
     task: str
@@ -124,6 +131,9 @@ class EngineSpec:
     verifier_view: tuple[str, int] | None = None
     capture_every: int = 0
     image_features: bool = False
+
+    def __post_init__(self) -> None:
+        _check_envs(self.num_envs, self.capture_every)
 
     @property
     def host(self) -> HostSpec:

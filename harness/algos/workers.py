@@ -27,6 +27,7 @@ import multiprocessing as mp
 import os
 import traceback
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 import numpy as np
@@ -76,7 +77,7 @@ def answer(worker: Any, call: Call) -> Any:
         return RolloutWorkerError(f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
 
 
-def serve(connection, spec: EngineSpec | HostSpec) -> None:
+def serve(connection: Connection, spec: EngineSpec | HostSpec) -> None:
     """The worker loop of a worker process: answer each :class:`Call` until ``None`` arrives
     or the other end is gone."""
     # llvmpipe rasterises in this thread (LP_NUM_THREADS=0, set when tasks is imported)
@@ -144,10 +145,8 @@ class ProcessWorker:
         if self._waiting and not self._dead:
             try:
                 self.receive()
-            except WorkerDied:
-                pass
-            except RolloutWorkerError:
-                pass  # it answered: alive
+            except (WorkerDied, RolloutWorkerError):
+                pass  # a death is recorded; an error is an answer
         return not self._dead and self.process.is_alive()
 
     def pid(self) -> int:
@@ -326,6 +325,9 @@ class WorkerSet:
                 self.restarts += 1
             parts = [part for part in parts if part not in done]
         return results
+
+    def __len__(self) -> int:
+        return len(self.remotes)
 
     def pids(self) -> list[int]:
         """Process ids of the workers that run in their own process."""
