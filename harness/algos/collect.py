@@ -200,6 +200,16 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, starts: StartS
     With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
     ``MAX_RESAMPLE_ROUNDS`` rounds, until ``num_start_states`` groups carry signal.
 
+    Args:
+        cfg: The run's config.
+        pool: The rollout pool (:func:`harness.algos.pools.make_pool`).
+        trainer: Its policy plays the attempts; its estimator weighs them.
+        starts: Where each group starts.
+        detector: The learned verifier, or ``None`` for the scripted predicate.
+        iteration: The iteration (it seeds the attempts and their reset noise).
+        start_counter: Start states drawn so far (it seeds the resets).
+        adr: Automatic domain randomisation, or ``None``.
+
     Returns:
         The collected groups and the updated count of start states drawn (it seeds them).
     """

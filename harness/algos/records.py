@@ -77,8 +77,7 @@ def _check_envs(num_envs: int, capture_every: int) -> None:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """What a worker holding only environments is built from (:class:`~harness.algos.rollouts.
-    EnvHost`).
+    """What a worker holding only environments (an environment host) is built from.
 
     Attributes:
         task: Task name.
