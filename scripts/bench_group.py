@@ -26,7 +26,8 @@ import torch
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
 from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import ProcessPool
+from harness.algos.pools import PerWorkerPool
+from harness.algos.records import EngineSpec, Job
 from harness.policies import make as make_policy
 from harness_common.files import atomic_write_text
 
@@ -53,15 +54,15 @@ def main(argv: list[str] | None = None) -> dict:
     jobs = []
     for group in range(args.groups):
         starts.reset(seed=group, options={"difficulty": args.difficulty})
-        jobs += [(starts.snapshot(), group, args.difficulty)] * args.group_size
-    spec = (policy.config, policy.obs_shapes)
+        jobs += [Job(starts.snapshot(), group, args.difficulty)] * args.group_size
     attempts = len(jobs)
     results: dict = {"attempts": attempts, "groups": args.groups, "group_size": args.group_size}
 
     print(f"{attempts} attempts ({args.groups} start states x {args.group_size}), pixel push 84x84")
     rollout = None
     for workers in (1, 2):
-        pool = ProcessPool(workers, ("push", options, spec, -(-attempts // workers), None))
+        pool = PerWorkerPool(EngineSpec("push", options, policy.config, policy.obs_shapes,
+                                        -(-attempts // workers)), workers)
         pool.run(policy, jobs[: 2 * workers], 1.0, seed=0)  # warm: renderers, imports
         start = time.perf_counter()
         rollout = pool.run(policy, jobs, 1.0, seed=1)
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     state_config = harness_config.compose([*common, "task.obs_mode=state", "policy=mlp"])
     state_policy = make_policy(state_config.policy.token_policy_config(),
                                starts.observation_space)
-    pool = ProcessPool(1, ("push", state_options, (state_policy.config, state_policy.obs_shapes),
-                           attempts, None))
+    pool = PerWorkerPool(EngineSpec("push", state_options, state_policy.config,
+                                    state_policy.obs_shapes, attempts), 1)
     state_rollout = pool.run(state_policy, jobs, 1.0, seed=1)
     pool.close()
     pixel_steps = int(rollout.lengths.sum())
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"({update_s / frozen_s:.1f}x)")
     # ... and as the trainer runs it: the workers send the features they sampled from, so the
     # update encodes nothing (the same attempts and the same update, to the last bit).
-    pool = ProcessPool(2, ("push", options, spec, -(-attempts // 2), None, 0, True))
+    pool = PerWorkerPool(EngineSpec("push", options, policy.config, policy.obs_shapes,
+                                    -(-attempts // 2), image_features=True), 2)
     featured = pool.run(policy, jobs, 1.0, seed=1)
     pool.close()
     sent = GroupTrainer(frozen_config, policy)

@@ -30,7 +30,9 @@ import torch
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
 from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import ProcessPool, RayPool
+from harness.algos.pools import PerWorkerPool
+from harness.algos.records import EngineSpec, Job
+from harness.config.algos import RolloutConfig
 from harness.policies import make as make_policy
 from harness_common.files import atomic_write_text
 
@@ -83,21 +85,19 @@ def main(argv: list[str] | None = None) -> dict:
     jobs = []
     for group in range(args.groups):
         starts.reset(seed=group, options={"difficulty": 0.0})
-        jobs += [(starts.snapshot(), group, 0.0)] * args.group_size
+        jobs += [Job(starts.snapshot(), group, 0.0)] * args.group_size
     starts.close()
-    spec = (policy.config, policy.obs_shapes)
     attempts = len(jobs)
     print(f"{attempts} attempts ({args.groups} start states x {args.group_size}), push "
           f"{args.obs}, {policy_name}; best of {args.repeats} calls each")
 
     def pool_for(backend: str, mode: str, workers: int):
-        num_envs = -(-attempts // workers)
+        spec = EngineSpec("push", options, policy.config, policy.obs_shapes,
+                          -(-attempts // workers))
+        settings = RolloutConfig(backend=backend, cpus_per_worker=1)
         if mode == "batched":
-            return BatchedPool(workers, ("push", options, num_envs, None), backend)
-        engine_args = ("push", options, spec, num_envs, None)
-        if backend == "ray":
-            return RayPool(workers, engine_args, address=None, cpus_per_worker=1)
-        return ProcessPool(workers, engine_args)
+            return BatchedPool(spec.host, workers, settings)
+        return PerWorkerPool(spec, workers, settings)
 
     results: dict = {"attempts": attempts, "obs": args.obs, "policy": policy_name,
                      "model": args.model if policy_name == "hf_vla" else None,

@@ -51,6 +51,7 @@ from harness import trainers
 from harness.algos.engine import RolloutEngine
 from harness.algos.group_checkpoints import read_checkpoint
 from harness.algos.group_update import GroupTrainer
+from harness.algos.records import EngineSpec, Job
 from harness.config import TrainConfig, compose
 from harness.policies import TokenPolicyConfig, build_policy
 from harness_common.files import atomic_write_text, read_metrics
@@ -120,16 +121,16 @@ def luck_correlation(cfg: TrainConfig, run_dir: Path, args: argparse.Namespace) 
     for m in range(args.probe_starts):
         starts.reset(seed=PROBE_SEED + m, options={"difficulty": cfg.task.difficulty})
         generators = [np.random.default_rng([args.seed, m, a]) for a in range(algo.group_size)]
-        jobs += [(s, m, cfg.task.difficulty)
+        jobs += [Job(s, m, cfg.task.difficulty)
                  for s in perturbed_snapshots(starts, starts.snapshot(), noise, generators)]
     starts.close()
-    engine = RolloutEngine(cfg.task.name, options, (policy.config, policy.obs_shapes),
-                           num_envs=len(jobs))
+    engine = RolloutEngine(EngineSpec(cfg.task.name, options, policy.config, policy.obs_shapes,
+                                      num_envs=len(jobs)))
     with torch.no_grad():
         rollout = engine.run(policy.state_dict(), jobs, algo.temperature, seed=(args.seed, 1))
         rewards = rollout.success.astype(np.float32)
         advantages = trainer.advantages(rollout, rewards).cpu().numpy()
-        repeats = [(job[0], i, job[2]) for i, job in enumerate(jobs)
+        repeats = [Job(job.snapshot, i, job.difficulty) for i, job in enumerate(jobs)
                    for _ in range(args.probe_repeats)]
         probe = engine.run(None, repeats, algo.temperature, seed=(args.seed, 2))
     engine.close()

@@ -17,6 +17,7 @@ from harness import curriculum as curricula
 from harness import trainers
 from harness.algos.collect import collect_groups
 from harness.algos.group_checkpoints import read_checkpoint
+from harness.algos.records import HostSpec
 from harness.algos.rollouts import EnvHost
 from harness.algos.sb3_envs import make_env_factory
 from harness.algos.start_states import StartStates
@@ -278,12 +279,12 @@ def test_a_groups_attempts_share_one_scale_even_from_perturbed_starts():
     groups = [pool.jobs[g * 4:(g + 1) * 4] for g in range(3)]
     drawn = []
     for group in groups:
-        assert len({job[0].physics for job in group}) == 4  # each attempt its perturbed start
-        assert all(job[3] == group[0][3] for job in group)
-        (low, high), = group[0][3]["imperfections"].values()
+        assert len({job.snapshot.physics for job in group}) == 4  # each its perturbed start
+        assert all(job.options == group[0].options for job in group)
+        (low, high), = group[0].options["imperfections"].values()
         assert low == high and 0.5 <= low <= 1.5
         drawn.append(low)
-        host = EnvHost("push", options, 4)
+        host = EnvHost(HostSpec("push", options, 4))
         host.begin(group, range(4))
         assert [scales(env) for env in host.envs] == [{"action_noise": low}] * 4
         host.close()

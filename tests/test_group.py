@@ -205,6 +205,7 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
     from harness.algos.collect import evaluate_in_pool
     from harness.algos.group_checkpoints import policy_fn
     from harness.algos.pools import make_pool
+    from harness.algos.records import EngineSpec, Job
     from harness.evaluation import evaluate
     from harness.policies import TokenPolicyConfig, load_policy, make
 
@@ -221,11 +222,10 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
                           difficulties, seed=500)
     config = harness_config.compose([*FAST, f"algo.workers={workers}"])
     with make_pool(config.algo.rollout, workers,
-                   ("reach", options, (policy.config, policy.obs_shapes), 7, None, 0,
-                    False)) as pool:
+                   EngineSpec("reach", options, policy.config, policy.obs_shapes, 7)) as pool:
         pooled = evaluate_in_pool(pool, policy, env, 12, difficulties, seed=500)
         env.reset(seed=500, options={"difficulty": 0.1})
-        greedy = pool.run(policy, [(env.unwrapped.snapshot(), 0, 0.1)] * 3, 0.0, seed=0)
+        greedy = pool.run(policy, [Job(env.unwrapped.snapshot(), 0, 0.1)] * 3, 0.0, seed=0)
     env.close()
     assert greedy.obs == {} and len(greedy.returns) == 3, "a greedy call keeps no frames"
     assert [(e.difficulty, e.seed) for e in pooled.episodes] == [
@@ -299,6 +299,7 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
     import tasks
     from harness.algos.engine import RolloutEngine
     from harness.algos.group_update import GroupTrainer
+    from harness.algos.records import EngineSpec, Job
     from harness.policies import make
 
     config = harness_config.compose([*FAST, *PIXELS, "algo.freeze_encoder=true",
@@ -311,10 +312,10 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
     jobs = []
     for group in range(3):
         starts.reset(seed=group, options={"difficulty": 0.1})
-        jobs += [(starts.snapshot(), group, 0.1)] * 4
-    spec = (policy.config, policy.obs_shapes)
+        jobs += [Job(starts.snapshot(), group, 0.1)] * 4
     frames, features = (
-        RolloutEngine("reach", options, spec, 5, None, 0, keep).run(
+        RolloutEngine(EngineSpec("reach", options, policy.config, policy.obs_shapes, 5,
+                                 image_features=keep)).run(
             policy.state_dict(), jobs, 1.0, seed=(7, 1))
         for keep in (False, True))
     assert np.array_equal(frames.tokens, features.tokens)

@@ -13,6 +13,7 @@ import pytest
 
 import tasks
 from harness import trainers
+from harness.algos.records import HostSpec, Job
 from harness.algos.rollouts import EnvHost
 from harness.config import ConfigError, compose
 from tasks.perturb import ResetNoise, _penetrations, perturb_start, perturbed_snapshots
@@ -187,16 +188,16 @@ def test_a_groups_attempts_replay_identically_whatever_the_number_of_envs():
     options = {"imperfections": ALL_ON, "max_episode_steps": 6, "terminate_on_success": False}
     starts = tasks.make("push", **options)
     starts.reset(seed=2)
-    jobs = [(starts.snapshot(), 0, 1.0)] * 4
+    jobs = [Job(starts.snapshot(), 0, 1.0)] * 4
     moves = actions(6, seed=1)
 
     def attempts(num_envs: int) -> dict[int, list]:
-        host = EnvHost("push", options, num_envs)
-        first = host.begin(jobs, range(4))
+        host = EnvHost(HostSpec("push", options, num_envs))
+        first = host.begin(jobs, range(4)).observations
         seen = {i: [o["state"]] for i, o in first.items()}
         active = set(first)
         while active:
-            observations, finished = host.step({i: moves[len(seen[i]) - 1] for i in active})
+            observations, finished, _ = host.step({i: moves[len(seen[i]) - 1] for i in active})
             active = (active - set(finished)) | set(observations)
             for i, o in observations.items():
                 seen.setdefault(i, []).append(o["state"])

@@ -21,8 +21,10 @@ import tasks
 from harness import config as harness_config
 from harness import trainers
 from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import ProcessPool, RayPool
+from harness.algos.pools import PerWorkerPool, make_pool
+from harness.algos.records import EngineSpec, Job, RolloutWorkerError
 from harness.config import ConfigError
+from harness.config.algos import RolloutConfig
 from harness.policies import make, sample_tokens
 from harness_common.files import read_metrics
 
@@ -89,14 +91,14 @@ def _jobs(policy_count: int = 48):
     jobs = []
     for group in range(policy_count // 4):
         env.reset(seed=group, options={"difficulty": 0.3})
-        jobs += [(env.snapshot(), group, 0.3)] * 4
+        jobs += [Job(env.snapshot(), group, 0.3)] * 4
     torch.manual_seed(0)
     policy = make(harness_config.compose(FAST).policy.token_policy_config(),
                   env.observation_space)
     env.close()
-    args = ("reach", {"obs_mode": "state", "max_episode_steps": 12},
-            (policy.config, policy.obs_shapes), 6, None)
-    return policy, jobs, args
+    spec = EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 12}, policy.config,
+                      policy.obs_shapes, 6)
+    return policy, jobs, spec
 
 
 def _same(a, b) -> None:
@@ -118,17 +120,16 @@ def _kill_soon(pool, timer: float = 0.3) -> threading.Timer:
     ("batched", "processes"), pytest.param("batched", "ray", marks=pytest.mark.slow),
 ])
 def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(backend, mode):
-    policy, jobs, args = _jobs()
-    with ProcessPool(1, args) as local:
+    policy, jobs, spec = _jobs()
+    with PerWorkerPool(spec, 1) as local:
         expected = local.run(policy, jobs, 1.0, seed=(0, 7, 0))
     if backend == "ray":
         pytest.importorskip("ray")
+    settings = RolloutConfig(backend=backend, cpus_per_worker=1)
     if mode == "batched":
-        pool = BatchedPool(2, (args[0], args[1], args[3], args[4]), backend)
-    elif backend == "ray":
-        pool = RayPool(2, args, address=None, cpus_per_worker=1)
+        pool = BatchedPool(spec.host, 2, settings)
     else:
-        pool = ProcessPool(2, args)
+        pool = PerWorkerPool(spec, 2, settings)
     with pool:
         pool.run(policy, jobs[:2], 1.0, seed=0)  # warm: both workers up and holding weights
         killer = _kill_soon(pool, timer=0.05)  # most often mid-call; else before the next one
@@ -140,9 +141,33 @@ def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(back
         _same(again, expected)
 
 
+@pytest.mark.parametrize("mode", ["per_worker", "batched"])
+def test_an_exception_in_a_worker_process_comes_back_naming_the_worker(mode):
+    """A snapshot of another scene fails to restore inside the worker; the error, its type and
+    message, reaches the caller as a RolloutWorkerError naming the worker."""
+    policy, jobs, spec = _jobs(8)
+    push = tasks.make("push")
+    push.reset(seed=0)
+    jobs[5] = Job(push.snapshot(), 1, 0.3)  # the second worker's chunk
+    push.close()
+    pool = PerWorkerPool(spec, 2) if mode == "per_worker" else BatchedPool(spec.host, 2)
+    with pool, pytest.raises(RolloutWorkerError, match="rollout worker 1 failed: ValueError"):
+        pool.run(policy, jobs, 1.0, seed=0)
+
+
+def test_jobs_and_specs_that_are_not_records_are_refused():
+    policy, jobs, spec = _jobs(4)
+    with PerWorkerPool(spec, 1) as pool, pytest.raises(TypeError, match=r"jobs\[2\] is a tuple"):
+        pool.run(policy, [*jobs[:2], (jobs[2].snapshot, 0, 0.3)], 1.0, seed=0)
+    with pytest.raises(TypeError, match="expected a harness.algos.records.EngineSpec"):
+        make_pool(RolloutConfig(), 1, ("reach", {}, policy.config, policy.obs_shapes, 6))
+    with pytest.raises(ValueError, match="num_envs=0"):
+        EngineSpec("reach", {}, policy.config, policy.obs_shapes, 0)
+
+
 def test_weights_travel_only_when_they_changed():
-    policy, jobs, args = _jobs()
-    with ProcessPool(2, args) as pool:
+    policy, jobs, spec = _jobs()
+    with PerWorkerPool(spec, 2) as pool:
         first = pool.run(policy, jobs, 1.0, seed=1)
         held = list(pool._held)
         pool.run(policy, jobs, 1.0, seed=1)
@@ -211,9 +236,10 @@ def test_a_joined_cluster_too_small_for_the_workers_is_refused_before_the_run_di
 
 def test_a_resource_request_no_node_can_hold_is_refused():
     pytest.importorskip("ray")
-    _, _, args = _jobs()
+    _, _, spec = _jobs()
     with pytest.raises(ConfigError, match="gpus_per_worker=1"):
-        RayPool(1, args, address=None, cpus_per_worker=1, gpus_per_worker=1)
+        PerWorkerPool(spec, 1, RolloutConfig(backend="ray", cpus_per_worker=1,
+                                             gpus_per_worker=1))
     import ray
 
     assert not ray.is_initialized()  # the local instance it started is shut down

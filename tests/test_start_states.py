@@ -12,7 +12,8 @@ import tasks
 from harness import config as harness_config
 from harness import curriculum as curricula
 from harness import trainers
-from harness.algos.pools import ProcessPool
+from harness.algos.pools import PerWorkerPool
+from harness.algos.records import EngineSpec, Job
 from harness.algos.start_states import StartStates
 from harness.config import ConfigError
 from harness.demos import collect_demos, load_demo_snapshots, load_demos
@@ -46,9 +47,9 @@ def test_a_group_started_from_a_demo_step_replays_that_step_exactly(demo_path):
     step = len(snapshots[1]) // 2
     recorded = demos.obs["state"][len(snapshots[0]) + step]  # episodes are concatenated
     snapshot = tasks.snapshot_from_bytes(snapshots[1][step])
-    jobs = [(snapshot, 0, 0.5)] * 4
-    with ProcessPool(1, ("reach", {"obs_mode": "state", "max_episode_steps": 20},
-                         (policy.config, policy.obs_shapes), 4, None)) as pool:
+    jobs = [Job(snapshot, 0, 0.5)] * 4
+    with PerWorkerPool(EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 20},
+                                  policy.config, policy.obs_shapes, 4), 1) as pool:
         rollout = pool.run(policy, jobs, 1.0, seed=0)
     firsts = rollout.obs["state"][rollout.starts]
     assert np.array_equal(firsts, np.stack([recorded] * 4))

@@ -113,7 +113,8 @@ def test_sb3_curriculum_learns_from_the_verifier_not_the_ground_truth(tmp_path, 
 def _rollout_and_trainer(*overrides):
     """A real rollout of 2 groups of 4 attempts on reach, and a trainer for it."""
     from harness.algos.group_update import GroupTrainer
-    from harness.algos.pools import ProcessPool
+    from harness.algos.pools import PerWorkerPool
+    from harness.algos.records import EngineSpec, Job
     from harness.policies import make
 
     cfg = compose(*overrides)
@@ -123,9 +124,9 @@ def _rollout_and_trainer(*overrides):
     jobs = []
     for group in range(2):
         env.reset(seed=100 + group, options={"difficulty": 0.1})
-        jobs += [(env.snapshot(), group, 0.1)] * cfg.algo.group_size
-    pool = ProcessPool(1, ("reach", cfg.task.env_options(), (policy.config, policy.obs_shapes),
-                           len(jobs), None))
+        jobs += [Job(env.snapshot(), group, 0.1)] * cfg.algo.group_size
+    pool = PerWorkerPool(EngineSpec("reach", cfg.task.env_options(), policy.config,
+                                    policy.obs_shapes, len(jobs)), 1)
     rollout = pool.run(policy, jobs, cfg.algo.temperature, seed=0)
     pool.close()
     env.close()

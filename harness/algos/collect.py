@@ -21,15 +21,18 @@ import numpy as np
 import torch
 
 from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import ProcessPool, RayPool
+from harness.algos.pools import RolloutPool
+from harness.algos.records import Job
 from harness.algos.rollouts import RolloutBatch
-from harness.algos.start_states import StartStates
+from harness.algos.start_states import Start, StartStates
 from harness.config import MAX_RESAMPLE_ROUNDS
 from harness.evaluation import Episode, EvaluationResult
 from tasks.perturb import ResetNoise, perturbed_snapshots
 from tasks.wrappers import imperfection_scales
 
-RESET_NOISE_STREAM = 9_001  # apart from the attempts' token generators (same first keys)
+# Reset noise draws from [seed, iteration, round, attempt, RESET_NOISE_STREAM]: the attempts'
+# token generators use the same first keys, and this last one keeps the two streams apart.
+RESET_NOISE_STREAM = 9_001
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -111,9 +114,83 @@ class Collected:
     probabilities: np.ndarray | None = None
 
 
-def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
-                   starts: StartStates, detector, iteration: int,
-                   start_counter: int, adr=None) -> tuple[Collected, int]:
+@dataclass
+class _Round:
+    """One round's groups: their starts, ADR episodes and jobs, then how they scored."""
+
+    origins: list[Start]
+    episodes: list
+    jobs: list[Job]
+    rollout: RolloutBatch | None = None
+    rewards: np.ndarray | None = None
+    probabilities: np.ndarray | None = None
+    verifier: dict[str, float] | None = None
+    advantages: torch.Tensor | None = None
+    keep: np.ndarray | None = None
+
+
+def _group_jobs(cfg, starts: StartStates, start: Start, group: int, first: int, episode,
+                options: dict, noise: ResetNoise, iteration: int, round_: int) -> list[Job]:
+    """The G jobs of one group from ``start``; ``first`` is its first attempt's index in the
+    round, which with (run seed, iteration, round) seeds its attempts' reset noise."""
+    attempt_options = {}
+    if episode is not None and "imperfections" in options:
+        # Drawn here from the group's start, not by each attempt from its own (maybe
+        # perturbed) copy of it: the G attempts play the same scales.
+        scales = imperfection_scales(start.snapshot, options["imperfections"])
+        attempt_options = {"imperfections": {n: (s, s) for n, s in scales.items()}}
+    size = cfg.algo.group_size
+    if noise.on:  # each attempt its own perturbed start
+        generators = [np.random.default_rng([cfg.seed, iteration, round_, first + a,
+                                             RESET_NOISE_STREAM]) for a in range(size)]
+        snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
+    else:
+        snapshots = [start.snapshot] * size
+    return [Job(snapshot, group, start.difficulty, attempt_options) for snapshot in snapshots]
+
+
+def _draw_round(cfg, starts: StartStates, needed: int, noise: ResetNoise, iteration: int,
+                round_: int, start_counter: int, adr) -> tuple[_Round, int]:
+    """Draw ``needed`` groups' starts (ADR's ranges on the resets) and make their jobs."""
+    drawn = _Round([], [], [])
+    for group in range(needed):
+        episode = adr.sample() if adr is not None else None
+        options = adr.reset_options(episode) if episode is not None else {}
+        if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group)
+            starts.env.set_next(options)
+        start, start_counter = starts.draw(start_counter)
+        if episode is not None:
+            starts.env.set_next({})  # a demo or replay start reset nothing: withdraw them
+            episode = episode if start.source == "reset" else None
+        drawn.origins.append(start)
+        drawn.episodes.append(episode)
+        drawn.jobs += _group_jobs(cfg, starts, start, group, len(drawn.jobs), episode, options,
+                                  noise, iteration, round_)
+    return drawn, start_counter
+
+
+def _score_round(cfg, drawn: _Round, trainer: GroupTrainer, starts: StartStates, detector,
+                 adr) -> np.ndarray:
+    """Score the round's attempts, weigh them, feed the curricula; its groups' signal."""
+    algo = cfg.algo
+    rollout = drawn.rollout
+    drawn.rewards, drawn.probabilities, drawn.verifier = _score(rollout, detector)
+    drawn.advantages = trainer.advantages(rollout, drawn.rewards)
+    signal = trainer.group_has_signal(drawn.advantages)
+    for group, outcomes in enumerate(drawn.rewards.reshape(-1, algo.group_size)):
+        starts.record(drawn.origins[group], outcomes.tolist(), bool(signal[group]))
+        if drawn.episodes[group] is not None:
+            adr.update(drawn.episodes[group], outcomes.tolist())
+    if rollout.closest is not None:
+        starts.add_replays(rollout.closest, drawn.rewards > 0, rollout.difficulty)
+    drawn.keep = (signal if algo.zero_signal in ("drop", "resample")
+                  else np.ones_like(signal))
+    return signal
+
+
+def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, starts: StartStates,
+                   detector, iteration: int, start_counter: int, adr=None
+                   ) -> tuple[Collected, int]:
     """Roll out, score and weigh one iteration's groups; feed the curricula the verdicts.
 
     Each group's start comes from ``starts`` (fresh resets at the curriculum's difficulty,
@@ -123,82 +200,54 @@ def collect_groups(cfg, pool: ProcessPool | RayPool, trainer: GroupTrainer,
     With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
     ``MAX_RESAMPLE_ROUNDS`` rounds, until ``num_start_states`` groups carry signal.
 
+    Args:
+        cfg: The run's config.
+        pool: The rollout pool (:func:`harness.algos.pools.make_pool`).
+        trainer: Its policy plays the attempts; its estimator weighs them.
+        starts: Where each group starts.
+        detector: The learned verifier, or ``None`` for the scripted predicate.
+        iteration: The iteration (it seeds the attempts and their reset noise).
+        start_counter: Start states drawn so far (it seeds the resets).
+        adr: Automatic domain randomisation, or ``None``.
+
     Returns:
         The collected groups and the updated count of start states drawn (it seeds them).
     """
     algo = cfg.algo
     noise = ResetNoise(algo.reset_noise.position_mm / 1000.0, algo.reset_noise.rotation)
-    parts: list[tuple[RolloutBatch, np.ndarray, torch.Tensor, np.ndarray]] = []
-    probabilities: list[np.ndarray] = []
+    rounds: list[_Round] = []
     signal_total = mixed_total = groups_total = 0
-    verifier_rounds: list[dict[str, float]] = []
-    rounds = MAX_RESAMPLE_ROUNDS if algo.zero_signal == "resample" else 1
-    for round_ in range(rounds):
+    for round_ in range(MAX_RESAMPLE_ROUNDS if algo.zero_signal == "resample" else 1):
         needed = algo.num_start_states
         if algo.zero_signal == "resample":
-            needed -= sum(int(part[3].sum()) for part in parts)
+            needed -= sum(int(done.keep.sum()) for done in rounds)
         if needed <= 0:
             break
-        jobs, origins, episodes = [], [], []
-        for group in range(needed):
-            episode = adr.sample() if adr is not None else None
-            options = adr.reset_options(episode) if episode is not None else {}
-            if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group)
-                starts.env.set_next(options)
-            start, start_counter = starts.draw(start_counter)
-            if episode is not None:
-                starts.env.set_next({})  # a demo or replay start reset nothing: withdraw them
-                episode = episode if start.source == "reset" else None
-            attempt_options = {}
-            if episode is not None and "imperfections" in options:
-                # Drawn here from the group's start, not by each attempt from its own (maybe
-                # perturbed) copy of it: the G attempts play the same scales.
-                scales = imperfection_scales(start.snapshot, options["imperfections"])
-                attempt_options = {"imperfections": {n: (s, s) for n, s in scales.items()}}
-            origins.append(start)
-            episodes.append(episode)
-            if noise.on:  # each attempt its own perturbed start
-                generators = [np.random.default_rng([cfg.seed, iteration, round_, len(jobs) + a,
-                                                     RESET_NOISE_STREAM])
-                              for a in range(algo.group_size)]
-                snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
-            else:
-                snapshots = [start.snapshot] * algo.group_size
-            jobs += [(snapshot, group, start.difficulty, attempt_options)
-                     for snapshot in snapshots]
+        drawn, start_counter = _draw_round(cfg, starts, needed, noise, iteration, round_,
+                                           start_counter, adr)
         # Each attempt samples from its own generator, seeded by (run, iteration, round,
         # attempt): the attempts do not depend on how many workers play them.
-        rollout = pool.run(trainer.policy, jobs, algo.temperature,
-                           seed=(cfg.seed, iteration, round_))
-        rewards, probs, verifier = _score(rollout, detector)
-        if verifier:
-            verifier_rounds.append(verifier)
-            probabilities.append(probs)
-        advantages = trainer.advantages(rollout, rewards)
-        signal = trainer.group_has_signal(advantages)
-        grouped = rewards.reshape(-1, algo.group_size)
-        for group, outcomes in enumerate(grouped):
-            starts.record(origins[group], outcomes.tolist(), bool(signal[group]))
-            if episodes[group] is not None:
-                adr.update(episodes[group], outcomes.tolist())
-        if rollout.closest is not None:
-            starts.add_replays(rollout.closest, rewards > 0, rollout.difficulty)
+        drawn.rollout = pool.run(trainer.policy, drawn.jobs, algo.temperature,
+                                 seed=(cfg.seed, iteration, round_))
+        signal = _score_round(cfg, drawn, trainer, starts, detector, adr)
+        grouped = drawn.rewards.reshape(-1, algo.group_size)
         signal_total += int(signal.sum())
         mixed_total += int((grouped.max(axis=1) > grouped.min(axis=1)).sum())
         groups_total += len(signal)
-        keep = signal if algo.zero_signal in ("drop", "resample") else np.ones_like(signal)
-        parts.append((rollout, rewards, advantages, keep))
-    keep = np.concatenate([part[3] for part in parts])
+        rounds.append(drawn)
+    keep = np.concatenate([done.keep for done in rounds])
     if algo.zero_signal == "resample" and keep.sum() > algo.num_start_states:
         keep[np.flatnonzero(keep)[algo.num_start_states:]] = False
+    verified = [done for done in rounds if done.verifier]
     collected = Collected(
-        rollout=RolloutBatch.concat([part[0] for part in parts]),
-        rewards=np.concatenate([part[1] for part in parts]),
-        advantages=torch.cat([part[2] for part in parts]),
+        rollout=RolloutBatch.concat([done.rollout for done in rounds]),
+        rewards=np.concatenate([done.rewards for done in rounds]),
+        advantages=torch.cat([done.advantages for done in rounds]),
         keep=keep, signal_groups=signal_total, mixed_groups=mixed_total, groups=groups_total,
-        verifier={k: float(np.mean([v[k] for v in verifier_rounds]))
-                  for k in (verifier_rounds[0] if verifier_rounds else {})},
-        probabilities=np.concatenate(probabilities) if probabilities else None,
+        verifier={k: float(np.mean([done.verifier[k] for done in verified]))
+                  for k in (verified[0].verifier if verified else {})},
+        probabilities=(np.concatenate([done.probabilities for done in verified])
+                       if verified else None),
     )
     return collected, start_counter
 
@@ -233,8 +282,8 @@ def rollout_metrics(collected: Collected, action_dim: int) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- evaluation
-def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int,
-                     max_episode_steps: int | None = None):
+def evaluate_in_pool(pool: RolloutPool, policy, env, episodes: int, difficulties, seed: int,
+                     max_episode_steps: int | None = None) -> EvaluationResult:
     """Greedy evaluation through the rollout pool: :func:`harness.evaluation.evaluate`'s
     episodes, played in lock-step by the pool's workers with batched policy calls.
 
@@ -271,7 +320,7 @@ def evaluate_in_pool(pool, policy, env, episodes: int, difficulties, seed: int,
     for difficulty in difficulties:
         for j in range(episodes):
             env.reset(seed=seed + j, options={"difficulty": float(difficulty)})
-            jobs.append((env.unwrapped.snapshot(), len(jobs), float(difficulty), options))
+            jobs.append(Job(env.unwrapped.snapshot(), len(jobs), float(difficulty), options))
             starts.append((float(difficulty), seed + j))
     batch = pool.run(policy, jobs, 0.0, seed)
     return EvaluationResult([

@@ -51,6 +51,7 @@ from harness.algos.collect import (
 )
 from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
+from harness.algos.records import EngineSpec
 from harness.algos.start_states import StartStates, demo_start_file
 from harness.config import TrainConfig
 from harness.demos import load_demo_snapshots
@@ -177,8 +178,8 @@ class GroupRun:
         attempts = algo.num_start_states * algo.group_size
         detector = self.detector
         verifier_view = (detector.camera, int(detector.image_size)) if detector else None
-        return pools.make_pool(algo.rollout, algo.workers, (
-            self.cfg.task.name, self.task_options, (self.policy.config, self.policy.obs_shapes),
+        return pools.make_pool(algo.rollout, algo.workers, EngineSpec(
+            self.cfg.task.name, self.task_options, self.policy.config, self.policy.obs_shapes,
             max(1, math.ceil(attempts / algo.workers)), verifier_view,
             algo.replay_every if self.starts.replay_wanted else 0, self.trainer.freeze_encoder))
 

@@ -1,4 +1,9 @@
-"""Joining or starting Ray for the rollout workers, with clear errors for bad settings."""
+"""Joining or starting Ray for the rollout workers, with clear errors for bad settings.
+
+:class:`RayConnection` is what a pool holds while its workers are Ray actors: Ray joined or
+started, the cluster checked for the actors' resources, and shut down again on ``close`` only
+if the connection started it. :func:`preflight` runs the same checks before a run starts.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,12 @@ from harness.config.errors import ConfigError
 _INIT_OPTIONS = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
 
 
-def _import_ray():
+def import_ray():
+    """The ``ray`` module.
+
+    Raises:
+        ConfigError: Ray is not installed.
+    """
     try:
         import ray
     except ImportError as error:
@@ -44,7 +54,7 @@ def connect_ray(address: str | None, num_cpus: float) -> bool:
     Raises:
         ConfigError: Ray is not installed, or no Ray cluster can be joined at ``address``.
     """
-    ray = _import_ray()
+    ray = import_ray()
     if ray.is_initialized():
         return False
     if address is None:
@@ -68,6 +78,38 @@ def _join(ray, address: str) -> None:
                           f"({error}){token}") from None
 
 
+class RayConnection:
+    """Ray joined (or started) for ``workers`` actors of ``cpus`` CPUs and ``gpus`` GPUs each.
+
+    Args:
+        address: ``None`` (start a local Ray of ``workers * cpus`` CPUs), ``"auto"`` or
+            ``"[ray://]host:port"``; an instance already initialised in this process is used
+            as it is.
+        workers: Actors the pool will start.
+        cpus: CPUs each actor reserves.
+        gpus: GPUs each actor reserves.
+
+    Raises:
+        ConfigError: Ray is not installed, the cluster cannot be joined, or it cannot hold the
+            actors (a local instance this started is shut down again first).
+    """
+
+    def __init__(self, address: str | None, workers: int, cpus: float, gpus: float) -> None:
+        self.ray = import_ray()
+        self._started = connect_ray(address, workers * cpus)
+        try:
+            check_ray_resources(workers, cpus, gpus)
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Shut Ray down if this connection started it (a joined cluster is left running)."""
+        if self._started and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._started = False
+
+
 def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
     """Refuse actor requests the connected cluster can never place.
 
@@ -75,7 +117,7 @@ def check_ray_resources(workers: int, cpus: float, gpus: float) -> None:
         ConfigError: No alive node has ``cpus`` CPUs and ``gpus`` GPUs, or the cluster has
             fewer than ``workers`` times that in all (the last actors would wait forever).
     """
-    ray = _import_ray()
+    ray = import_ray()
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     fits = [n for n in nodes if n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus]
     request = (f"algo.rollout.cpus_per_worker={cpus}, algo.rollout.gpus_per_worker={gpus}")
@@ -103,7 +145,7 @@ def preflight(rollout, workers: int) -> None:
     """
     if rollout.backend != "ray":
         return
-    ray = _import_ray()
+    ray = import_ray()
     if rollout.ray_address is not None and not ray.is_initialized():
         _join(ray, rollout.ray_address)
         try:

@@ -1,12 +1,12 @@
 """Rollouts of the group trainer: attempts played from snapshots.
 
-A *job* is ``(snapshot, group, difficulty)``: one attempt restored from ``snapshot``, optionally
-with a fourth entry, more reset options of the attempt (``imperfections``: the scales automatic
-domain randomisation chose for the group, :mod:`harness.algos.collect`). The G jobs of a group
-share one snapshot, so its G attempts start from the very same state. An engine steps
-its environments in lock-step with one batched policy call per step; a pool
-(:mod:`harness.algos.pools`) spreads the jobs of an iteration over worker processes or Ray
-actors, each holding its own environments, renderer and policy copy.
+A *job* (:class:`~harness.algos.records.Job`) is one attempt restored from its snapshot, with
+more reset options of the attempt (``imperfections``: the scales automatic domain randomisation
+chose for the group, :mod:`harness.algos.collect`). The G jobs of a group share one snapshot, so
+its G attempts start from the very same state. :func:`play` steps environment hosts
+(:class:`EnvHost`) in lock-step with one batched policy call per step; a pool
+(:mod:`harness.algos.pools`, :mod:`harness.algos.batched_pool`) spreads the jobs of an
+iteration over worker processes or Ray actors (:mod:`harness.algos.workers`).
 
 Seeding is per attempt: attempt ``i`` of a call seeded ``seed`` samples its tokens from its own
 generator, ``SeedSequence([*seed, i])``, by the inverse CDF of each categorical
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import tasks
+from harness.algos.records import Call, Finished, HostAnswer, HostSpec, Job
 from harness.policies import TokenPolicy, obs_to_batch
 
 # Fewer rows than this are padded (with copies of the first) before a policy call: on the CPU,
@@ -107,11 +108,6 @@ class RolloutBatch:
         )
 
 
-class RolloutWorkerError(RuntimeError):
-    """An exception raised inside a rollout worker, with its traceback, or workers that kept
-    dying."""
-
-
 class EnvHost:
     """The environments of one worker, playing jobs from their snapshots as actions arrive.
 
@@ -123,31 +119,25 @@ class EnvHost:
     in the learner) can assemble the attempts in job order.
 
     Args:
-        task: Task name.
-        task_options: Options of ``tasks.make``.
-        num_envs: Environments stepped together.
-        verifier_view: ``(camera, size)`` of the frame an image detector reads, or ``None``.
-        capture_every: When > 0, every this many steps an attempt's state is captured, and
-            an attempt that ends reports the captured state closest to success (by the task's
-            ``success_margin``), for replay starts; 0 captures nothing.
+        spec: The task, its options, the number of environments, the verifier view and the
+            state capture (:class:`~harness.algos.records.HostSpec`).
     """
 
-    def __init__(self, task: str, task_options: dict[str, Any], num_envs: int,
-                 verifier_view: tuple[str, int] | None = None, capture_every: int = 0) -> None:
-        self.envs = [tasks.make(task, **task_options) for _ in range(num_envs)]
-        self.verifier_view = verifier_view
-        self.capture_every = int(capture_every)
+    def __init__(self, spec: HostSpec) -> None:
+        self.envs = [tasks.make(spec.task, **spec.task_options) for _ in range(spec.num_envs)]
+        self.verifier_view = spec.verifier_view
+        self.capture_every = int(spec.capture_every)
         self.env_time = 0.0
         self._pending: list[tuple[int, Any, dict[str, Any]]] = []
         self._active: dict[int, int] = {}  # job index -> env slot
         self._closest: dict[int, tuple[float, Any]] = {}  # job index -> (margin, snapshot)
         self._returns: dict[int, float] = {}  # job index -> reward so far
 
-    def begin(self, jobs: list[tuple], indices: Sequence[int]) -> dict[int, dict]:
+    def begin(self, jobs: list[Job], indices: Sequence[int]) -> HostAnswer:
         """Queue ``jobs`` (with their indices in the call); the first observation of each
         attempt that started."""
         self.env_time = 0.0
-        self._pending = [(int(i), job[0], dict(job[3]) if len(job) > 3 else {})
+        self._pending = [(int(i), job.snapshot, dict(job.options))
                          for i, job in zip(indices, jobs, strict=True)][::-1]
         self._active = {}
         self._closest = {}
@@ -156,7 +146,7 @@ class EnvHost:
         for slot in range(len(self.envs)):
             if self._pending:
                 started.update(self._start(slot))
-        return started
+        return HostAnswer(started, {}, self.env_time)
 
     def _start(self, slot: int) -> dict[int, dict]:
         index, snapshot, options = self._pending.pop()
@@ -169,15 +159,13 @@ class EnvHost:
         self._returns[index] = 0.0
         return {index: obs}
 
-    def step(self, actions: dict[int, np.ndarray]
-             ) -> tuple[dict[int, dict], dict[int, tuple[bool, np.ndarray | None]]]:
+    def step(self, actions: dict[int, np.ndarray]) -> HostAnswer:
         """Apply one action per active job.
 
         Returns:
-            ``(observations, finished)``: the next observation of every attempt still running
-            or just started, and ``(success, verifier frame, closest state, final margin,
-            return)`` of every attempt that ended (the frame, state and margin ``None`` when
-            not asked for: the frame and margin come with a verifier view).
+            The next observation of every attempt still running or just started, and how
+            every attempt that ended did (its frame and margin come with a verifier view, its
+            closest state with state capture; else ``None``).
         """
         observations, finished = {}, {}
         for index, action in actions.items():
@@ -186,17 +174,7 @@ class EnvHost:
             obs, reward, terminated, truncated, info = self.envs[slot].step(action)
             self._returns[index] += float(reward)
             if terminated or truncated:
-                frame = margin = None
-                if self.verifier_view is not None:
-                    camera, size = self.verifier_view
-                    env = self.envs[slot].unwrapped
-                    frame = env.render_camera(camera, size)
-                    margin = float(env.task.success_margin(env))
-                closest = self._closest.pop(index, None)
-                closest = None if closest is None else tasks.snapshot_to_bytes(closest[1])
-                finished[index] = (bool(info["is_success"]), frame, closest, margin,
-                                   self._returns.pop(index))
-                del self._active[index]
+                finished[index] = self._finish(index, slot, bool(info["is_success"]))
                 self.env_time += time.perf_counter() - t0
                 if self._pending:
                     observations.update(self._start(slot))
@@ -208,11 +186,53 @@ class EnvHost:
                     if index not in self._closest or margin < self._closest[index][0]:
                         self._closest[index] = (margin, env.snapshot())
                 self.env_time += time.perf_counter() - t0
-        return observations, finished
+        return HostAnswer(observations, finished, self.env_time)
+
+    def _finish(self, index: int, slot: int, success: bool) -> Finished:
+        frame = margin = None
+        if self.verifier_view is not None:
+            camera, size = self.verifier_view
+            env = self.envs[slot].unwrapped
+            frame = env.render_camera(camera, size)
+            margin = float(env.task.success_margin(env))
+        closest = self._closest.pop(index, None)
+        closest = None if closest is None else tasks.snapshot_to_bytes(closest[1])
+        del self._active[index]
+        return Finished(success, frame, closest, margin, self._returns.pop(index))
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+class InProcess:
+    """A worker object of this process (an :class:`EnvHost` or a rollout engine) behind the
+    remote workers' surface (:class:`~harness.algos.workers.ProcessWorker`): :meth:`send`
+    runs the call at once, :meth:`receive` hands its value over. Exceptions are raised by
+    :meth:`send`, with their own type."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self._answer: Any = None
+
+    def send(self, call: Call) -> None:
+        self._answer = getattr(self.worker, call.method)(*call.args)
+
+    def receive(self) -> Any:
+        answer, self._answer = self._answer, None
+        return answer
+
+    def settle(self) -> bool:
+        """Drop an unread answer; alive (it lives as long as this process)."""
+        self._answer = None
+        return True
+
+    def pid(self) -> None:
+        """None: no process of its own."""
+        return None
+
+    def close(self) -> None:
+        self.worker.close()
 
 
 class PolicyActor:
@@ -279,38 +299,43 @@ class PolicyActor:
                 {i: actions[row] for row, i in enumerate(indices)})
 
 
-def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: list[tuple],
+def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: list[Job],
          verifier: bool, capture: bool = False) -> RolloutBatch:
     """Play ``jobs`` on ``hosts`` (host ``h`` plays the jobs of ``chunks[h]``) with one batched
     policy call per control step across all hosts.
 
-    A host is anything with ``begin(jobs, indices)`` and ``step(actions)`` answering as
-    :class:`EnvHost` does, either directly or, for a remote host, as the pair
-    ``send_*``/``receive`` (all hosts step at once, then all are read). Attempts return in job
-    order. With an ``actor`` that keeps image features, the observations carry them as
+    A host is an :class:`EnvHost` behind the workers' surface, ``send(Call)`` then
+    ``receive()`` (:class:`InProcess`, or a worker process or Ray actor of
+    :mod:`harness.algos.workers`): all hosts step at once, then all are read. Attempts return
+    in job order. With an ``actor`` that keeps image features, the observations carry them as
     ``image_features`` in place of ``pixels`` (a frame is 84x84x3 bytes, its features 64
     floats). A greedy ``actor`` (temperature 0: an evaluation) keeps no observations: the
     batch's ``obs`` is empty.
+
+    Raises:
+        WorkerDied: A remote host died (the pool replaces it and plays the call again).
+        RolloutWorkerError: A host raised an exception.
     """
     records: dict[int, dict[str, Any]] = {}
     keep = actor.temperature != 0  # a greedy call is an evaluation: nothing trains on its frames
+    env_time: dict[int, float] = {}
 
-    def absorb(observations: dict[int, dict], finished=None) -> None:
-        for index, obs in observations.items():
+    def absorb(h: int, answer: HostAnswer) -> None:
+        env_time[h] = answer.env_time
+        for index, obs in answer.observations.items():
             seen = records.setdefault(index, {"obs": [], "tokens": []})["obs"]
             if keep or not seen:
                 seen.append(obs)
             else:
                 seen[-1] = obs
-        for index, (success, frame, closest, margin, total) in (finished or {}).items():
-            records[index].update(success=success, frame=frame, closest=closest, margin=margin,
-                                  total=total)
+        for index, finished in answer.finished.items():
+            records[index]["finished"] = finished
 
     used = [h for h, chunk in enumerate(chunks) if len(chunk)]
     for h in used:
-        hosts[h].send_begin([jobs[i] for i in chunks[h]], list(chunks[h]))
+        hosts[h].send(Call("begin", ([jobs[i] for i in chunks[h]], list(chunks[h]))))
     for h in used:
-        absorb(hosts[h].receive())
+        absorb(h, hosts[h].receive())
     active = {index: h for h in used for index in chunks[h] if index in records}
     while active:
         latest = {i: records[i]["obs"][-1] for i in active}
@@ -322,29 +347,35 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
                     **{k: v for k, v in latest[index].items() if k != "pixels"},
                     "image_features": actor.features[index]}
         for h in used:
-            hosts[h].send_step({i: a for i, a in actions.items() if active[i] == h})
+            hosts[h].send(Call("step", ({i: a for i, a in actions.items() if active[i] == h},)))
         for h in used:
-            observations, finished = hosts[h].receive()
-            absorb(observations, finished)
-            for index in finished:
+            answer = hosts[h].receive()
+            absorb(h, answer)
+            for index in answer.finished:
                 del active[index]
-            for index in observations:
+            for index in answer.observations:
                 active[index] = h
-    env_time = sum(hosts[h].env_time_total() for h in used)
+    return _assemble(records, jobs, keep, verifier, capture,
+                     {"env": sum(env_time.values()), "policy": actor.time})
 
+
+def _assemble(records: dict[int, dict[str, Any]], jobs: list[Job], keep: bool, verifier: bool,
+              capture: bool, timing: dict[str, float]) -> RolloutBatch:
+    """The attempts of :func:`play`'s ``records`` in job order."""
     order = range(len(jobs))
+    ends: list[Finished] = [records[i]["finished"] for i in order]
     keys = records[0]["obs"][0].keys() if keep else ()
     return RolloutBatch(
         obs={k: np.stack([o[k] for i in order for o in records[i]["obs"]]) for k in keys},
         tokens=np.concatenate([np.stack(records[i]["tokens"]) for i in order]).astype(np.int64),
         lengths=np.array([len(records[i]["tokens"]) for i in order]),
-        success=np.array([records[i]["success"] for i in order]),
-        final_frames=np.stack([records[i]["frame"] for i in order]) if verifier else None,
-        group=np.array([job[1] for job in jobs]),
-        difficulty=np.array([job[2] for job in jobs], dtype=np.float64),
-        timing={"env": env_time, "policy": actor.time},
-        closest=[records[i]["closest"] for i in order] if capture else None,
-        final_margin=(np.array([records[i]["margin"] for i in order], dtype=np.float64)
+        success=np.array([end.success for end in ends]),
+        final_frames=np.stack([end.frame for end in ends]) if verifier else None,
+        group=np.array([job.group for job in jobs]),
+        difficulty=np.array([job.difficulty for job in jobs], dtype=np.float64),
+        timing=timing,
+        closest=[end.closest for end in ends] if capture else None,
+        final_margin=(np.array([end.margin for end in ends], dtype=np.float64)
                       if verifier else None),
-        returns=np.array([records[i]["total"] for i in order], dtype=np.float64),
+        returns=np.array([end.episode_return for end in ends], dtype=np.float64),
     )

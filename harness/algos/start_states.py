@@ -39,6 +39,11 @@ from harness.start_policy import demo_file
 log = logging.getLogger(__name__)
 
 SOURCES: tuple[str, ...] = ("reset", "demo", "replay")
+# Generators seeded [run seed, stream]: the choice of source and the demo/replay picks draw from
+# their own stream, so turning a source on shifts neither the curriculum's nor the resets' draws.
+START_SOURCE_STREAM = 20_171
+# The demo starts' reverse curriculum samples from a stream of its own, apart from the picks.
+DEMO_CURRICULUM_STREAM = 20_172
 
 
 @dataclass
@@ -96,7 +101,7 @@ class StartStates:
         self.weights = np.array([algo.start_weights.get(s, 0.0) for s in SOURCES], float)
         self.weights /= self.weights.sum()
         self.demos = demos or []
-        self.rng = np.random.default_rng([cfg.seed, 20_171])  # its own stream: starts only
+        self.rng = np.random.default_rng([cfg.seed, START_SOURCE_STREAM])
         self.replay: deque[tuple[bytes, float]] = deque(maxlen=algo.replay_buffer)
         self.demo_curriculum = None
         if self.weights[SOURCES.index("demo")] > 0:
@@ -104,8 +109,8 @@ class StartStates:
                 raise ValueError("algo.start_states uses demo starts but no demonstration "
                                  "was given (algo.start_demos)")
             self.demo_curriculum = curricula.make(
-                "success_band", seed=[cfg.seed, 20_172], group_size=algo.group_size,
-                **dict(algo.demo_curriculum))
+                "success_band", seed=[cfg.seed, DEMO_CURRICULUM_STREAM],
+                group_size=algo.group_size, **dict(algo.demo_curriculum))
         self.counts = {s: 0 for s in SOURCES}
         self.signal = {s: 0 for s in SOURCES}
 
