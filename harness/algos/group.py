@@ -144,7 +144,7 @@ def train(cfg, run) -> dict[str, Any]:
     task_options = cfg.task.env_options()
     probe = tasks.make(cfg.task.name, **task_options)
     starts_env = tasks.make(cfg.task.name, **{**task_options, "obs_mode": "state"})
-    adr = cfg.adr.build(cfg.seed)  # automatic domain randomisation of reset starts, or None
+    adr = curricula.make_adr(cfg.adr, cfg.seed)  # ADR of reset starts, or None
     if adr is not None:
         starts_env = curricula.NextResetOptions(starts_env)  # ADR's ranges reach its resets
     iteration = env_steps = start_counter = 0
@@ -275,7 +275,7 @@ def train(cfg, run) -> dict[str, Any]:
                dynamic_ncols=True)
     try:
         try:
-            while iteration < algo.iterations and env_steps < cfg.total_timesteps:
+            while iteration < algo.iterations:
                 if guard.expired(env_steps):
                     break
                 t0 = time.perf_counter()
