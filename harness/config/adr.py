@@ -127,7 +127,7 @@ class AdrConfig:
             param.check(name)
         for key in ("threshold_low", "threshold_high", "boundary_prob"):
             value = getattr(self, key)
-            check(0.0 <= value <= 1.0, f"adr.{key}={value!r}; expected a number in [0, 1]")
+            check(0.0 <= value <= 1.0, f"adr.{key} must be in [0, 1], got {value!r}")
         check(self.threshold_low < self.threshold_high,
               f"adr.threshold_low={self.threshold_low} must be below "
               f"adr.threshold_high={self.threshold_high}")
