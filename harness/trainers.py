@@ -162,6 +162,6 @@ def _finished_summary(run_dir: Path, metadata: dict[str, Any],
     except (OSError, ValueError):
         return None  # a damaged summary: resume rewrites it
     steps = int(metadata["num_timesteps"])
-    done = steps >= config.total_timesteps or (
+    done = (config.total_timesteps is not None and steps >= config.total_timesteps) or (
         "iteration" in metadata and metadata["iteration"] >= getattr(config.algo, "iterations", 0))
     return summary if done and summary.get("env_steps") == steps else None

@@ -29,7 +29,7 @@ at difficulty 0) at ``--difficulty``; ``--override`` adds Hydra overrides to eve
 
 Usage, from the repository root:
     python scripts/study_reset_noise.py --out outputs/study_reset_noise \\
-        --sigmas-mm 0 2 5 10 20 --algos grpo critic --total-timesteps 60000 --seeds 0 1 2
+        --sigmas-mm 0 2 5 10 20 --algos grpo critic --iterations 45 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sigmas-mm", type=float, nargs="+", default=[0, 2, 5, 10, 20])
     parser.add_argument("--algos", nargs="+", default=["grpo", "critic"])
     parser.add_argument("--difficulty", type=float, default=0.3, help="task.difficulty")
-    parser.add_argument("--total-timesteps", type=int, default=60_000)
+    parser.add_argument("--iterations", type=int, default=45,
+                        help="algo.iterations, the budget (45: about 60k env steps)")
     parser.add_argument("--final-episodes", type=int, default=100)
     parser.add_argument("--probe-starts", type=int, default=16)
     parser.add_argument("--probe-repeats", type=int, default=8)
@@ -94,7 +95,7 @@ def run_config(args: argparse.Namespace, algo: str, sigma_mm: float) -> TrainCon
     return compose(["+experiment=curriculum_ablation", f"algo={algo}",
                     f"task.difficulty={args.difficulty}",
                     f"algo.reset_noise.position_mm={sigma_mm}",
-                    f"total_timesteps={args.total_timesteps}", "eval.every_steps=0",
+                    f"algo.iterations={args.iterations}", "eval.every_steps=0",
                     f"eval.final_episodes={args.final_episodes}", f"seed={args.seed}",
                     "logger=none", *args.override])
 

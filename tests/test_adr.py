@@ -204,7 +204,7 @@ def test_an_imperfection_scale_may_start_at_zero():
     config = compose(["+task.imperfections.observation_noise=0.01", "adr.enabled=true",
                       "+adr.params.observation_noise.bounds=[0.0,1.5]",
                       "+adr.params.observation_noise.initial=[0.0,1.0]"])
-    assert config.adr.build(0).ranges == {"observation_noise": (0.0, 1.0)}
+    assert curricula.make_adr(config.adr, 0).ranges == {"observation_noise": (0.0, 1.0)}
 
 
 # --- the ranges reach a real env ------------------------------------------------------------
@@ -275,7 +275,7 @@ def test_a_groups_attempts_share_one_scale_even_from_perturbed_starts():
     starts, pool = StartStates(config, curriculum, starts_env), RecordingPool()
     with pytest.raises(StopAtRollout):
         collect_groups(config, pool, SimpleNamespace(policy=None), starts, None, 0, 0,
-                       config.adr.build(0))
+                       curricula.make_adr(config.adr, 0))
     groups = [pool.jobs[g * 4:(g + 1) * 4] for g in range(3)]
     drawn = []
     for group in groups:

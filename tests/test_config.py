@@ -18,6 +18,7 @@ from harness.algos.group import GroupRun
 from harness.algos.sb3 import SB3Run
 from harness.config import (
     CONF_DIR,
+    SB3_DEFAULT_TIMESTEPS,
     A2CConfig,
     CNNPolicyConfig,
     ConfigError,
@@ -252,6 +253,22 @@ def test_verifier_reward_checks_the_detector_config():
 def test_wrong_type_names_the_key():
     with pytest.raises(ConfigCompositionException, match="total_timesteps"):
         compose(["total_timesteps=many"])
+
+
+def test_each_family_has_one_budget():
+    sb3 = compose(["algo=ppo"])
+    assert (sb3.total_timesteps, sb3.n_envs) == (SB3_DEFAULT_TIMESTEPS, 1)
+    assert compose(["algo=a2c", "total_timesteps=512", "n_envs=2"]).total_timesteps == 512
+    group = compose(["algo=grpo", "algo.iterations=7"])
+    assert (group.total_timesteps, group.n_envs, group.algo.iterations) == (None, None, 7)
+    with pytest.raises(ConfigError, match=r"group algorithms count their budget in "
+                                          r"algo.iterations; remove total_timesteps=5000"):
+        compose(["algo=grpo", "total_timesteps=5000"])
+
+
+def test_group_algorithms_refuse_n_envs_by_name():
+    with pytest.raises(ConfigError, match=r"n_envs=4 with algo='rloo'.*algo.workers"):
+        compose(["algo=rloo", "n_envs=4"])
 
 
 @pytest.mark.parametrize(

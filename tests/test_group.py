@@ -17,7 +17,7 @@ FAST = [
     "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=6", "algo.num_start_states=6",
     "algo.learning_rate=3e-3", "algo.num_iterations=2", "algo.minibatch_size=36",
     "eval.every_steps=0", "eval.final_episodes=20", "eval.episodes=5", "logger.videos=false",
-    "logger.tensorboard=false", "logger.progress_bar=false", "total_timesteps=1000000",
+    "logger.tensorboard=false", "logger.progress_bar=false",
 ]
 
 
@@ -151,7 +151,7 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
         "algo.state_pretrain_episodes=3", "algo.state_pretrain_epochs=1",
         "algo.num_start_states=2", "algo.group_size=2", "algo.workers=1",
         "algo.minibatch_size=4", "policy.hidden=16", "policy.conv_channels=[4,4]",
-        "total_timesteps=40", "eval.final_episodes=3", "logger.videos=false",
+        "algo.iterations=1", "eval.final_episodes=3", "logger.videos=false",
         "logger.tensorboard=false", "logger.progress_bar=false", "torch_threads=1",
     ])
     written = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -20,7 +20,6 @@ TINY = [
     "policy.hidden=16", "algo=grpo", "algo.group_size=4", "algo.num_start_states=2",
     "algo.minibatch_size=8", "algo.iterations=3", "eval.every_steps=0", "eval.final_episodes=2",
     "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
-    "total_timesteps=1000000",
 ]
 
 

@@ -32,7 +32,7 @@ FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.3", "task.max_episode_steps=12",
     "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=4", "algo.num_start_states=3",
     "algo.learning_rate=3e-3", "algo.iterations=3", "eval.every_steps=0",
-    "eval.final_episodes=6", "logger=none", "total_timesteps=1000000",
+    "eval.final_episodes=6", "logger=none",
 ]
 OPERATIONAL = ("time/", "rollout/worker_restarts")  # wall clock and restarts differ by design
 

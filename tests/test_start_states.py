@@ -24,7 +24,6 @@ FAST = [
     "task=reach", "task.obs_mode=state", "task.difficulty=0.5", "task.max_episode_steps=20",
     "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=4", "algo.num_start_states=4",
     "algo.iterations=3", "eval.every_steps=0", "eval.final_episodes=8", "logger=none",
-    "total_timesteps=1000000",
 ]
 
 

@@ -24,7 +24,6 @@ FAST = [
     "policy=mlp", "policy.hidden=32", "algo=grpo", "algo.group_size=4", "algo.num_start_states=4",
     "algo.learning_rate=3e-3", "eval.every_steps=0", "eval.final_episodes=10", "eval.episodes=4",
     "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
-    "total_timesteps=1000000",
 ]
 
 

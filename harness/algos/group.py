@@ -96,7 +96,7 @@ class GroupRun:
         self.task_options = cfg.task.env_options()
         self.probe = tasks.make(cfg.task.name, **self.task_options)
         self.starts_env = tasks.make(cfg.task.name, **{**self.task_options, "obs_mode": "state"})
-        self.adr = cfg.adr.build(cfg.seed)  # automatic domain randomisation of resets, or None
+        self.adr = curricula.make_adr(cfg.adr, cfg.seed)  # ADR of reset starts, or None
         if self.adr is not None:
             self.starts_env = curricula.NextResetOptions(self.starts_env)  # ADR's ranges reach
         self.iterations_done = self.env_steps = self.start_counter = 0
@@ -336,7 +336,6 @@ class GroupRun:
 
     def _budget_left(self) -> bool:
         return (self.iterations_done < self.cfg.algo.iterations
-                and self.env_steps < self.cfg.total_timesteps
                 and not self.guard.expired(self.env_steps))
 
     def _evaluate_start(self) -> None:

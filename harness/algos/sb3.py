@@ -194,7 +194,7 @@ class SB3Run:
         self.eval_difficulties = list(config.eval.difficulties) or [config.task.difficulty]
         self.best: dict[str, float] | None = None
         self.guard = TimeGuard(run, config.max_minutes)
-        self.adr = config.adr.build(config.seed)  # automatic domain randomisation, or None
+        self.adr = curricula.make_adr(config.adr, config.seed)  # ADR, or None
         resume = run.resume_metadata
         if resume is not None:
             self.load_state_dict(resume["trainer_state"])

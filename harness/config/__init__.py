@@ -14,13 +14,16 @@ that they never show up as choices of a group. Importing this package registers 
 (:func:`register_configs`), so every app that takes one of these groups composes.
 
 One module per group: :mod:`~harness.config.task`, :mod:`~harness.config.algos`,
-:mod:`~harness.config.policy`, :mod:`~harness.config.curriculum`; the primary config and its
-``logger``, ``eval`` and ``verifier`` blocks in :mod:`~harness.config.train`; Hydra's side
+:mod:`~harness.config.policy`, :mod:`~harness.config.curriculum`; the primary config in
+:mod:`~harness.config.train` and its ``logger``, ``eval``, ``verifier`` and ``detector_refresh``
+blocks in :mod:`~harness.config.blocks`; Hydra's side
 (registration, :func:`compose`, :func:`load`, :func:`to_yaml`) in :mod:`~harness.config.hydra`.
 Every name is re-exported here: import from ``harness.config``.
 
-Importing this package does not import torch: the checks that need the policies, the
-objectives or the detectors import them inside themselves, when :func:`load` runs them, so that
+This package is the schema and its checks: it builds none of a run's objects (curriculum, ADR,
+detector, datasets); the trainers do, from the checked config. Importing it does not import
+torch: the checks that need the policies' or objectives' constants, or the detectors' import
+them inside themselves, when :func:`load` runs them, so that
 composing a config (``--help``, ``--cfg job``) does without the seconds torch takes to load
 (``tests/test_cli.py`` checks that ``--help`` loads no torch).
 """
@@ -38,6 +41,13 @@ from harness.config.algos import (
     ResetNoiseConfig,
     SB3AlgoConfig,
     TRPOConfig,
+)
+from harness.config.blocks import (
+    DetectorRefreshConfig,
+    EvalConfig,
+    LoggerConfig,
+    VerifierConfig,
+    WandbConfig,
 )
 from harness.config.curriculum import (
     CURRICULUM_SCHEMAS,
@@ -69,14 +79,10 @@ from harness.config.train import (
     MAX_RESAMPLE_ROUNDS,
     REWARDS,
     SB3_BAND_GROUP_SIZE,
+    SB3_DEFAULT_TIMESTEPS,
     STATE_PRETRAIN_SEED,
     TRAIN_SEED_STRIDE,
-    DetectorRefreshConfig,
-    EvalConfig,
-    LoggerConfig,
     TrainConfig,
-    VerifierConfig,
-    WandbConfig,
 )
 
 __all__ = [
@@ -94,6 +100,7 @@ __all__ = [
     "REWARDS",
     "SB3_ALGOS",
     "SB3_BAND_GROUP_SIZE",
+    "SB3_DEFAULT_TIMESTEPS",
     "STATE_PRETRAIN_SEED",
     "TRAIN_SEED_STRIDE",
     "ZERO_SIGNAL",

@@ -1,6 +1,6 @@
 """The ``adr`` block: automatic domain randomisation over the task's randomisation ranges and
-the scales of its continuous imperfections (``harness.curriculum.adr``), for SB3 and the group
-trainer alike."""
+the scales of its continuous imperfections, for SB3 and the group trainer alike. This is the
+schema and its checks; the trainers build the ADR (``harness.curriculum.make_adr``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 import tasks
 from harness.config.errors import ConfigError, check
-from harness.curriculum.adr import AdrParameter, AutomaticDomainRandomization
 from tasks.randomization import RANGE_KEYS, check_range
 from tasks.wrappers import SCALABLE
 
@@ -36,9 +35,27 @@ class AdrParamConfig:
     initial: list[float] | None = None
     step: float = 0.05
 
-    def parameter(self) -> AdrParameter:
-        initial = [1.0, 1.0] if self.initial is None else self.initial
-        return AdrParameter(tuple(initial), tuple(self.bounds), self.step)
+    def check(self, name: str) -> None:
+        """Check the pairs, that ``initial`` lies inside ``bounds`` and the step.
+
+        Args:
+            name: The range's name, for the messages (``adr.params.<name>``).
+
+        Raises:
+            ConfigError: A pair that is not two finite numbers low <= high, an initial range
+                outside the bounds, or a step that is not > 0.
+        """
+        initial = [1.0, 1.0] if self.initial is None else list(self.initial)
+        for key, pair in (("initial", initial), ("bounds", list(self.bounds))):
+            check(len(pair) == 2 and all(isinstance(v, (int, float)) and math.isfinite(v)
+                                         for v in pair),
+                  f"adr.params.{name}.{key}={pair}; expected [low, high], two finite numbers")
+            check(pair[0] <= pair[1], f"adr.params.{name}.{key}={pair}: low > high")
+        check(self.bounds[0] <= initial[0] <= initial[1] <= self.bounds[1],
+              f"adr.params.{name}.initial={initial} lies outside its bounds "
+              f"{list(self.bounds)}")
+        check(math.isfinite(self.step) and self.step > 0,
+              f"adr.params.{name}.step={self.step!r}; expected a number > 0")
 
 
 @dataclass
@@ -105,32 +122,33 @@ class AdrConfig:
         for name, param in self.params.items():
             if name in SCALABLE:
                 _check_imperfection(name, param, dict(imperfections or {}))
-                continue
-            check(name not in DISCRETE_IMPERFECTIONS,
-                  f"adr.params.{name} (bounds {list(param.bounds)}): ADR does not scale "
-                  f"{name} (whole steps or a per-frame event, not a noise level); it scales "
-                  f"the continuous imperfections {list(SCALABLE)}")
-            check(name in present,
-                  f"adr.params.{name}: not a randomisation range of task {task!r}; its ranges "
-                  f"are {list(present)}, and the imperfections ADR scales are "
-                  f"{list(SCALABLE)}")
-            try:
-                check_range(name, param.bounds)
-            except ValueError as error:
-                raise ConfigError(f"adr.params.{name}.bounds: {error}") from None
-        try:
-            self.build(seed=0)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+            else:
+                _check_range(name, param, task, present)
+            param.check(name)
+        for key in ("threshold_low", "threshold_high", "boundary_prob"):
+            value = getattr(self, key)
+            check(0.0 <= value <= 1.0, f"adr.{key} must be in [0, 1], got {value!r}")
+        check(self.threshold_low < self.threshold_high,
+              f"adr.threshold_low={self.threshold_low} must be below "
+              f"adr.threshold_high={self.threshold_high}")
+        check(self.buffer >= 1, f"adr.buffer={self.buffer!r}; expected an integer >= 1")
 
-    def build(self, seed: int) -> AutomaticDomainRandomization | None:
-        """The run's ADR (``None`` when off)."""
-        if not self.enabled:
-            return None
-        return AutomaticDomainRandomization(
-            {name: param.parameter() for name, param in self.params.items()},
-            threshold_low=self.threshold_low, threshold_high=self.threshold_high,
-            buffer=self.buffer, boundary_prob=self.boundary_prob, seed=seed)
+
+def _check_range(name: str, param: AdrParamConfig, task: str, present: tuple[str, ...]) -> None:
+    """``adr.params.<name>`` of a randomisation range: one that changes something in
+    ``task``'s scene (``present``), with bounds the randomisation block accepts."""
+    check(name not in DISCRETE_IMPERFECTIONS,
+          f"adr.params.{name} (bounds {list(param.bounds)}): ADR does not scale "
+          f"{name} (whole steps or a per-frame event, not a noise level); it scales "
+          f"the continuous imperfections {list(SCALABLE)}")
+    check(name in present,
+          f"adr.params.{name}: not a randomisation range of task {task!r}; its ranges "
+          f"are {list(present)}, and the imperfections ADR scales are "
+          f"{list(SCALABLE)}")
+    try:
+        check_range(name, param.bounds)
+    except ValueError as error:
+        raise ConfigError(f"adr.params.{name}.bounds: {error}") from None
 
 
 def _check_imperfection(name: str, param: AdrParamConfig, levels: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from harness.config.errors import ConfigError, check
-from harness.lerobot import read_info
+from harness.lerobot.reader import read_info  # reads info.json; builds nothing
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
@@ -230,7 +230,8 @@ class GroupAlgoConfig(AlgoConfig):
         num_iterations: Epochs over each batch of groups.
         minibatch_size: Attempts per gradient step.
         zero_signal: What to do with groups whose outcomes are all equal: keep, drop, resample.
-        iterations: Outer iterations (sample, score, update); ``total_timesteps`` also stops.
+        iterations: Outer iterations (sample, score, update): the group algorithms' budget
+            (they refuse ``total_timesteps``; ``max_minutes`` stays a guard).
         workers: Rollout workers (processes or Ray actors, ``rollout.backend``).
         rollout: Where the workers run (:class:`RolloutConfig`).
         init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy, or another

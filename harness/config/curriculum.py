@@ -1,4 +1,5 @@
-"""The ``curriculum`` group: one schema per curriculum of ``harness.curriculum``."""
+"""The ``curriculum`` group: one schema per curriculum of ``harness.curriculum``, each checking
+its own values (the trainers build the curriculum with ``harness.curriculum.make``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class CurriculumConfig:
     adr_key: str | None = None
 
     def __post_init__(self) -> None:
+        check(self.num_bins >= 1, f"curriculum.num_bins={self.num_bins}; must be >= 1")
         check(self.adr_key is None,
               f"curriculum.adr_key={self.adr_key!r} was removed: it made the curriculum's "
               "difficulty drive one named task level (the others at task.difficulty), which "
@@ -48,6 +50,12 @@ class FixedCurriculumConfig(CurriculumConfig):
     name: str = "fixed"
     difficulty: float | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.difficulty is None or 0.0 <= self.difficulty <= 1.0,
+              f"curriculum.difficulty={self.difficulty}; expected a difficulty in [0, 1] or "
+              "null (task.difficulty)")
+
     def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
         params = super().params(task_difficulty, group_size)
         if params["difficulty"] is None:
@@ -63,6 +71,10 @@ class UniformCurriculumConfig(CurriculumConfig):
     low: float = 0.0
     high: float = 1.0
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_band(self.low, self.high)
+
 
 @dataclass
 class LinearCurriculumConfig(CurriculumConfig):
@@ -72,6 +84,12 @@ class LinearCurriculumConfig(CurriculumConfig):
     start: float = 0.0
     end: float = 1.0
     steps: int = 1000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_unit("start", self.start)
+        _check_unit("end", self.end)
+        check(self.steps >= 1, f"curriculum.steps={self.steps}; must be >= 1")
 
 
 @dataclass
@@ -88,8 +106,30 @@ class SuccessBandCurriculumConfig(CurriculumConfig):
     prior: float = 1.0
     decay: float = 0.98
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_band(self.low, self.high)
+        _check_unit("explore", self.explore)
+        check(self.min_obs >= 0, f"curriculum.min_obs={self.min_obs}; must be >= 0")
+        check(0 <= self.initial_frontier < self.num_bins,
+              f"curriculum.initial_frontier={self.initial_frontier}; expected a bin in "
+              f"[0, {self.num_bins - 1}] (curriculum.num_bins={self.num_bins})")
+        check(self.prior > 0, f"curriculum.prior={self.prior}; must be > 0")
+        check(0.0 < self.decay <= 1.0, f"curriculum.decay={self.decay}; expected (0, 1]")
+
     def params(self, task_difficulty: float, group_size: int) -> dict[str, Any]:
         return {**super().params(task_difficulty, group_size), "group_size": group_size}
+
+
+def _check_unit(key: str, value: float) -> None:
+    check(0.0 <= value <= 1.0, f"curriculum.{key}={value}; expected a number in [0, 1]")
+
+
+def _check_band(low: float, high: float) -> None:
+    """``curriculum.low`` < ``curriculum.high``, both in [0, 1]."""
+    _check_unit("low", low)
+    _check_unit("high", high)
+    check(low < high, f"curriculum.low={low} must be below curriculum.high={high}")
 
 
 # The schema each ``conf/curriculum/*.yaml`` names in its defaults list.

@@ -1,20 +1,25 @@
 """The primary config, :class:`TrainConfig`, with its blocks ``logger``, ``eval`` and ``verifier``
-and the checks that span groups (policy against algorithm and observations, seed ranges, ...)."""
+and the checks that span groups (policy against algorithm and observations, budgets, options of
+one algorithm family only, seed ranges, ...). Schema and checks only: the trainers build the
+objects (curriculum, ADR, detector) from it."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
-from harness import curriculum as curricula
 from harness.config.adr import AdrConfig
 from harness.config.algos import AlgoConfig
+from harness.config.blocks import (
+    DetectorRefreshConfig,
+    EvalConfig,
+    LoggerConfig,
+    VerifierConfig,
+)
 from harness.config.curriculum import CurriculumConfig
 from harness.config.errors import ConfigError, check
 from harness.config.policy import POLICIES_BY_FAMILY, POLICY_OBS_KEY, PolicyConfig
@@ -22,188 +27,13 @@ from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.demos import MAX_TRIES_PER_DEMO
 
 REWARDS: tuple[str, ...] = ("auto", "dense", "verifier")
-REFRESH_LABELS: tuple[str, ...] = ("claimed", "all")  # success_detectors.refresh reads the label
+SB3_DEFAULT_TIMESTEPS = 100_000  # SB3's budget when total_timesteps is null
 # Seeds of the start states of group-trainer iterations: (seed + 1) * TRAIN_SEED_STRIDE + counter.
 TRAIN_SEED_STRIDE = 10_000_000
 MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
 # The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
 SB3_BAND_GROUP_SIZE = 8
 STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of start_policy.pretrain_state_features
-WANDB_MODES: tuple[str, ...] = ("online", "offline", "disabled")
-
-
-@dataclass
-class WandbConfig:
-    """Weights & Biases, in addition to ``metrics.csv`` and TensorBoard (``logger=wandb``).
-
-    Attributes:
-        project: W&B project.
-        entity: W&B team or user (``None``: the account's default).
-        group: Group of the run (``None``: the name of the folder holding the run directory,
-            which for a job of a sweep is the sweep folder).
-        name: Name of the run (``None``: the run directory's name, ``<n>_<overrides>`` in a sweep).
-        mode: ``online``, ``offline`` or ``disabled`` (``None``: ``WANDB_MODE``, else online).
-        tags: Tags of the run.
-    """
-
-    project: str = "vla-rl-harness"
-    entity: str | None = None
-    group: str | None = None
-    name: str | None = None
-    mode: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        check(self.mode is None or self.mode in WANDB_MODES,
-              f"logger.wandb.mode={self.mode!r}; choose one of {WANDB_MODES} or null")
-        try:
-            found = importlib.util.find_spec("wandb") is not None
-        except ValueError:  # a module in sys.modules without a spec
-            found = False
-        check(found, "logger=wandb needs the wandb package, which cannot be imported here: "
-                     "pip install wandb (or the project's cluster extras), or choose "
-                     "logger=default")
-
-
-@dataclass
-class LoggerConfig:
-    """The ``logger`` group. ``metrics.csv`` and ``summary.json`` are always written.
-
-    Attributes:
-        tensorboard: Write TensorBoard events under ``tensorboard/``.
-        progress_bar: Show a progress bar.
-        videos: Record evaluation episodes under ``videos/``.
-        console: Print SB3's table of metrics after each log dump.
-        wandb: Weights & Biases as well (``logger=wandb``); ``None``: not used.
-    """
-
-    tensorboard: bool = True
-    progress_bar: bool = True
-    videos: bool = True
-    console: bool = False
-    wandb: WandbConfig | None = None
-
-
-@dataclass
-class EvalConfig:
-    """Deterministic evaluation on held-out seeds, in two disjoint ranges.
-
-    Periodic evaluations (and so the choice of the ``best`` checkpoint) play the validation
-    seeds ``validation_seed, validation_seed + 1, ...``; the final evaluation, and the start
-    policy's evaluation it is compared with, play the test seeds ``seed, seed + 1, ...``.
-    :meth:`TrainConfig.seed_ranges` lists every range a run uses and refuses overlaps.
-
-    Attributes:
-        every_steps: Environment steps between periodic evaluations (0: only the final one).
-        episodes: Episodes per difficulty in a periodic evaluation (validation seeds).
-        final_episodes: Episodes per difficulty in the final evaluation (test seeds).
-        difficulties: Difficulties to evaluate; empty means ``[task.difficulty]``.
-        seed: First test seed.
-        validation_seed: First validation seed.
-        video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
-        max_episode_steps: Step limit of every evaluation episode, the start policy's included;
-            ``None``: ``task.max_episode_steps``, the training attempts' limit.
-    """
-
-    every_steps: int = 10_000
-    episodes: int = 20
-    final_episodes: int = 100
-    difficulties: list[float] = field(default_factory=list)
-    seed: int = 1_000_000
-    validation_seed: int = 2_000_000
-    video_episodes: int = 1
-    max_episode_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        check(self.max_episode_steps is None or self.max_episode_steps >= 1,
-              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null")
-        for key in ("seed", "validation_seed", "every_steps", "video_episodes"):
-            check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
-        for key in ("episodes", "final_episodes"):
-            check(getattr(self, key) >= 1, f"eval.{key}={getattr(self, key)}; must be >= 1")
-        bad = [d for d in self.difficulties if not 0.0 <= d <= 1.0]
-        check(not bad, f"eval.difficulties={list(self.difficulties)}; {bad} outside [0, 1]")
-
-
-@dataclass
-class VerifierConfig:
-    """How the detector's verdict becomes the reward when ``reward=verifier``.
-
-    Attributes:
-        when: ``final`` (score the last step of an episode) or ``every_step``.
-        mode: ``replace`` the dense reward (sparse reward) or ``add`` to it.
-        terminate_on_detection: End the episode when the detector fires.
-    """
-
-    when: str = "final"
-    mode: str = "replace"
-    terminate_on_detection: bool = False
-
-    def __post_init__(self) -> None:
-        check(self.when in ("final", "every_step"),
-              f"verifier.when={self.when!r}; choose one of ('final', 'every_step')")
-        check(self.mode in ("replace", "add"),
-              f"verifier.mode={self.mode!r}; choose one of ('replace', 'add')")
-
-
-@dataclass
-class DetectorRefreshConfig:
-    """In-run hard-negative mining of a learned verifier (``detector_refresh``; the group trainer
-    with ``detector=cnn``; :mod:`success_detectors.refresh`, docs/sim_to_real.md). Off by default.
-
-    Attributes:
-        every: Iterations between refreshes; 0 turns it off.
-        label: Which scored final frames get a label (the scripted check's; on a robot, a
-            person's): ``claimed``, those the detector called success; ``all``, every one.
-        buffer: Labelled frames kept, the oldest leaving first.
-        steps: AdamW steps per refresh.
-        batch_size: Frames per step.
-        learning_rate: AdamW step size.
-        data: The detector's data file (HDF5): its train split is replayed in each batch and its
-            val split chooses the threshold again; ``None``: the buffer alone, threshold kept.
-        replay_fraction: Share of each batch drawn from ``data``'s train split.
-        target_precision: Precision the re-chosen threshold must reach on ``data``'s val split.
-        conservative_threshold: Require the precision's 95% lower bound to reach it.
-        holdout: Share of the labelled frames kept out of fine-tuning, whose precision (the
-            policy's own attempts) the threshold must also reach; 0: ``data`` alone chooses it.
-        hard_negative_share: Share of each batch's buffer frames drawn from its hard negatives
-            (claimed successes labelled failures), so that they are fitted; 0: drawn uniformly.
-    """
-
-    every: int = 0
-    label: str = "claimed"
-    buffer: int = 1024
-    steps: int = 40
-    batch_size: int = 64
-    learning_rate: float = 3.0e-4
-    data: str | None = None
-    replay_fraction: float = 0.5
-    target_precision: float = 0.98
-    conservative_threshold: bool = True
-    holdout: float = 0.25
-    hard_negative_share: float = 0.25
-
-    def __post_init__(self) -> None:
-        check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
-        for key in ("buffer", "steps", "batch_size"):
-            check(getattr(self, key) >= 1,
-                  f"detector_refresh.{key}={getattr(self, key)}; must be >= 1")
-        check(self.label in REFRESH_LABELS,
-              f"detector_refresh.label={self.label!r}; choose one of {REFRESH_LABELS}")
-        check(self.learning_rate > 0,
-              f"detector_refresh.learning_rate={self.learning_rate}; must be > 0")
-        check(0.0 <= self.replay_fraction < 1.0,
-              f"detector_refresh.replay_fraction={self.replay_fraction}; expected [0, 1)")
-        check(0.0 <= self.holdout < 1.0,
-              f"detector_refresh.holdout={self.holdout}; expected a share in [0, 1)")
-        check(0.0 <= self.hard_negative_share <= 1.0,
-              f"detector_refresh.hard_negative_share={self.hard_negative_share}; expected a "
-              "share in [0, 1]")
-        check(0.0 < self.target_precision <= 1.0,
-              f"detector_refresh.target_precision={self.target_precision}; expected (0, 1]")
-        check(self.data is None or os.path.isfile(self.data),
-              f"detector_refresh.data={self.data!r} is not a file; give the detector's HDF5 "
-              "data file (scripts/collect_detector_data.py) or null")
 
 
 @dataclass
@@ -223,9 +53,14 @@ class TrainConfig:
         adr: Automatic domain randomisation of training episodes (off by default; never
             evaluation's).
         seed: Seed of the algorithm, the networks and the training environments.
-        total_timesteps: Environment steps to train for (a resumed run counts from its start).
-        max_minutes: Stop training after this wall-clock time (``None``: no limit).
-        n_envs: Parallel training environments (subprocesses when > 1).
+        total_timesteps: SB3's budget: environment steps to train for (a resumed run counts
+            from its start); ``None``: ``SB3_DEFAULT_TIMESTEPS``, resolved here. Group
+            algorithms count their budget in ``algo.iterations`` and refuse it.
+        max_minutes: A guard, not a budget: stop training after this wall-clock time
+            (``None``: no limit).
+        n_envs: SB3's parallel training environments (subprocesses when > 1); ``None``: 1,
+            resolved here. Group algorithms refuse it (their rollouts run on
+            ``algo.workers``).
         checkpoint_every_steps: Steps between ``checkpoints/latest`` saves (also saved at the end).
         resume: Continue the run in this run directory from ``checkpoints/latest``.
         overwrite: Start afresh in a run directory that holds an earlier run which cannot be
@@ -251,9 +86,9 @@ class TrainConfig:
     detector_refresh: DetectorRefreshConfig = field(default_factory=DetectorRefreshConfig)
     adr: AdrConfig = field(default_factory=AdrConfig)
     seed: int = 0
-    total_timesteps: int = 100_000
+    total_timesteps: int | None = None
     max_minutes: float | None = None
-    n_envs: int = 1
+    n_envs: int | None = None
     checkpoint_every_steps: int = 10_000
     resume: bool = False
     overwrite: bool = False
@@ -265,8 +100,7 @@ class TrainConfig:
         from harness.policies import resolve_device  # imports torch: here, not at import
         for name, value in _numbers(self):
             check(math.isfinite(value), f"{name}={value}; must be a finite number")
-        check(self.total_timesteps >= 1, f"total_timesteps={self.total_timesteps}; must be >= 1")
-        check(self.n_envs >= 1, f"n_envs={self.n_envs}; must be >= 1")
+        self._check_family_options()
         check(self.torch_threads >= 1, f"torch_threads={self.torch_threads}; must be >= 1")
         check(self.checkpoint_every_steps >= 1,
               f"checkpoint_every_steps={self.checkpoint_every_steps}; must be >= 1")
@@ -312,6 +146,28 @@ class TrainConfig:
         self._check_seed_ranges()
         self.adr.check(self.task.name, self.task.imperfections)
 
+    def _check_family_options(self) -> None:
+        """Refuse, by name, the top-level options the chosen algorithm family would ignore,
+        and resolve SB3's defaults (``total_timesteps``, ``n_envs``) so that they are ints."""
+        if self.algo.family == "sb3":
+            if self.total_timesteps is None:
+                self.total_timesteps = SB3_DEFAULT_TIMESTEPS
+            if self.n_envs is None:
+                self.n_envs = 1
+            check(self.total_timesteps >= 1,
+                  f"total_timesteps={self.total_timesteps}; must be >= 1")
+            check(self.n_envs >= 1, f"n_envs={self.n_envs}; must be >= 1")
+            return
+        check(self.total_timesteps is None,
+              f"total_timesteps={self.total_timesteps} with algo={self.algo.name!r}: group "
+              "algorithms count their budget in algo.iterations; remove total_timesteps="
+              f"{self.total_timesteps} and set algo.iterations (now {self.algo.iterations}) "
+              "instead")
+        check(self.n_envs is None,
+              f"n_envs={self.n_envs} with algo={self.algo.name!r}: group algorithms play "
+              "their attempts on algo.workers rollout workers and ignore n_envs; remove "
+              f"n_envs={self.n_envs} (set algo.workers instead)")
+
     def _check_detector(self) -> None:
         import success_detectors  # imports torch: here, not at import
         check(bool(self.detector.get("name")),
@@ -345,18 +201,18 @@ class TrainConfig:
               f"not by algo={self.algo.name!r} (SB3's MlpPolicy); leave it false")
 
     def _check_batch(self) -> None:
-        rollout = getattr(self.algo, "n_steps", 0) * self.n_envs
-        batch_size = getattr(self.algo, "batch_size", None)
         if self.algo.name in ("ppo", "trpo"):
+            rollout = self.algo.n_steps * self.n_envs
+            batch_size = self.algo.batch_size
             check(batch_size <= rollout,
                   f"algo.batch_size={batch_size} exceeds a rollout of algo.n_steps="
                   f"{self.algo.n_steps} x n_envs={self.n_envs} = {rollout} steps")
 
     def _check_curriculum(self) -> None:
-        try:
-            curricula.make(self.curriculum.name, **self.curriculum_params())
-        except ValueError as error:
-            raise ConfigError(f"curriculum: {error}") from None
+        group_size = self.curriculum_params().get("group_size")
+        check(group_size is None or group_size >= 2,
+              f"curriculum={self.curriculum.name!r} weighs bins by the signal of groups of "
+              f"algo.group_size={group_size} attempts; it needs algo.group_size >= 2")
 
     def curriculum_params(self) -> dict[str, Any]:
         """Keyword parameters of ``harness.curriculum.make`` (without ``seed``): the group file's
@@ -379,10 +235,8 @@ class TrainConfig:
         algo, ranges = self.algo, {}
         if algo.family == "group":
             first = (self.seed + 1) * TRAIN_SEED_STRIDE
-            by_iterations = algo.iterations * algo.num_start_states * MAX_RESAMPLE_ROUNDS
-            by_steps = -(-self.total_timesteps // algo.group_size) + \
-                algo.num_start_states * MAX_RESAMPLE_ROUNDS
-            ranges["train"] = [first, first + min(by_iterations, by_steps)]
+            ranges["train"] = [first, first + algo.iterations * algo.num_start_states *
+                               MAX_RESAMPLE_ROUNDS]
             if not algo.init_policy and algo.bc_demos > 0:
                 ranges["demo"] = [0, MAX_TRIES_PER_DEMO * algo.bc_demos]
                 if algo.state_pretrain_episodes > 0 and self.task.obs_mode != "state":

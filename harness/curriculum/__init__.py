@@ -15,9 +15,10 @@ GRPO a learning signal only when its outcomes are not all equal, which happens w
 ``success_band`` spends its samples where p is mid-range and widens the range of difficulties as
 the policy improves (in the spirit of ADR, Akkaya et al. 2019, and of DAPO's dynamic sampling).
 
-Build one with ``make(name, **params)``. The modules: :mod:`~harness.curriculum.table` (the
-per-bin success table and the signal probability), :mod:`~harness.curriculum.base` (the shared
-surface), :mod:`~harness.curriculum.schedules` (``fixed``, ``uniform``, ``linear``) and
+Build one with ``make(name, **params)``, and ADR with ``make_adr(config.adr, seed)``. The
+modules: :mod:`~harness.curriculum.table` (the per-bin success table and the signal
+probability), :mod:`~harness.curriculum.base` (the shared surface),
+:mod:`~harness.curriculum.schedules` (``fixed``, ``uniform``, ``linear``) and
 :mod:`~harness.curriculum.success_band`. Alongside the difficulty curriculum,
 :mod:`~harness.curriculum.adr` widens and narrows the randomisation ranges (automatic domain
 randomisation), with its own ``sample``/``update``/``metrics``/``state_dict``.
@@ -33,6 +34,7 @@ from harness.curriculum.adr import (
     AdrParameter,
     AutomaticDomainRandomization,
     NextResetOptions,
+    make_adr,
 )
 from harness.curriculum.base import Curriculum
 from harness.curriculum.schedules import FixedCurriculum, LinearCurriculum, UniformCurriculum
@@ -52,6 +54,7 @@ __all__ = [
     "SuccessTable",
     "UniformCurriculum",
     "make",
+    "make_adr",
     "no_signal_probability",
     "signal_probability",
 ]

@@ -26,13 +26,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from harness.curriculum.base import Seed, check_unit
 from tasks.wrappers import SCALABLE
+
+if TYPE_CHECKING:
+    from harness.config import AdrConfig
 
 SIDES = ("low", "high")
 ADR_STREAM = 2_019  # ADR's generator: [seed, ADR_STREAM], apart from the curriculum's
@@ -208,6 +211,31 @@ class AutomaticDomainRandomization:
         self.ranges = {name: (float(r[0]), float(r[1])) for name, r in state["ranges"].items()}
         self.buffers = {key: [float(v) for v in values]
                         for key, values in state["buffers"].items()}
+
+
+def make_adr(config: AdrConfig, seed: Seed) -> AutomaticDomainRandomization | None:
+    """The run's ADR from its checked ``adr`` block (the trainers build it; the config only
+    checks it).
+
+    Args:
+        config: The run's ``adr`` block (``harness.config.AdrConfig``).
+        seed: The run's seed (ADR draws from its own stream of it, :data:`ADR_STREAM`).
+
+    Returns:
+        The ADR, or ``None`` when ``config.enabled`` is false.
+
+    Raises:
+        ValueError: A parameter, threshold, buffer or probability out of range, named with
+            its value.
+    """
+    if not config.enabled:
+        return None
+    parameters = {name: AdrParameter(
+        initial=(1.0, 1.0) if param.initial is None else tuple(param.initial),
+        bounds=tuple(param.bounds), step=param.step) for name, param in config.params.items()}
+    return AutomaticDomainRandomization(
+        parameters, threshold_low=config.threshold_low, threshold_high=config.threshold_high,
+        buffer=config.buffer, boundary_prob=config.boundary_prob, seed=seed)
 
 
 class NextResetOptions(gym.Wrapper):
