@@ -26,7 +26,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from harness_common.cli import lazy_help_sections, run_app
+from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -66,9 +66,6 @@ def fail(message: str) -> NoReturn:
     """Print ``message`` as this script's error and exit with status 1."""
     print(f"deploy_policy.py: {message}", file=sys.stderr)
     raise SystemExit(1)
-
-
-lazy_help_sections()  # --help builds only what its template shows
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="deploy_policy")
