@@ -17,6 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(path.stem for path in (ROOT / "scripts").glob("*.py"))
+STUDIES = sorted(str(path.relative_to(ROOT)) for folder in ("studies", "benchmarks")
+                 for path in (ROOT / folder).glob("*.py"))
 # The apps live in harness/apps/; scripts/<name>.py runs harness.apps.<name>.main.
 HYDRA_APPS = [name for name in SCRIPTS if any(
     "@hydra.main" in path.read_text() for path in (ROOT / "harness/apps" / f"{name}.py",
@@ -67,6 +69,15 @@ def tiny_run(tmp_path_factory) -> Path:
 def test_every_script_answers_help(script):
     text = help_text(script)
     assert len(text.splitlines()) >= 3 and "Traceback" not in text
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=str)
+def test_every_study_and_benchmark_answers_help(path):
+    """Run from the repository root, as their docstrings say."""
+    done = subprocess.run([sys.executable, path, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage:") and "--help" in done.stdout
 
 
 def test_train_help_lists_every_group_choice_and_hides_the_schemas():
