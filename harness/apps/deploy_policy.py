@@ -29,8 +29,6 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
 
 @dataclass
 class DeployConfig:
@@ -68,7 +66,7 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(1)
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="deploy_policy")
+@hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="deploy_policy")
 def deploy_policy(cfg: DictConfig) -> None:
     """Play ``cfg.episodes`` greedy episodes with ``cfg.model``; print success and latency."""
     # Here, not at the top: onnxruntime and the simulator load only for a run (not for --help).
