@@ -17,15 +17,18 @@ UNQUOTED_VALUE = re.compile(r"[\w/\\+.$%*@?|:-]*", re.ASCII)
 
 def run_app(app: Callable[[], object], argv: Sequence[str] | None = None) -> int:
     """Run the ``@hydra.main`` function ``app`` on ``argv`` (default: the command line) and
-    return its exit status: 0, or the status of the ``SystemExit`` it raised (1 for a message,
-    as the apps' ``fail`` does). Path arguments are quoted first (:func:`quote_paths`);
-    ``sys.argv`` is restored afterwards."""
+    return its exit status: 0, or the status of the ``SystemExit`` it raised; a message
+    (``sys.exit("...")``) goes to stderr with status 1, as the interpreter would print it. Path
+    arguments are quoted first (:func:`quote_paths`); ``sys.argv`` is restored afterwards."""
     saved = sys.argv
     sys.argv = [saved[0], *quote_paths(saved[1:] if argv is None else argv)]
     try:
         app()
     except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
     finally:
         sys.argv = saved
     return 0

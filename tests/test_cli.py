@@ -20,10 +20,8 @@ SCRIPTS = sorted(path.stem for path in (ROOT / "scripts").glob("*.py"))
 STUDIES = sorted(str(path.relative_to(ROOT)) for folder in ("studies", "benchmarks")
                  for path in (ROOT / folder).glob("*.py"))
 # The apps live in harness/apps/; scripts/<name>.py runs harness.apps.<name>.main.
-HYDRA_APPS = [name for name in SCRIPTS if any(
-    "@hydra.main" in path.read_text() for path in (ROOT / "harness/apps" / f"{name}.py",
-                                                   ROOT / "scripts" / f"{name}.py")
-    if path.exists())]
+HYDRA_APPS = [name for name in SCRIPTS if (ROOT / "harness/apps" / f"{name}.py").exists()
+              and "@hydra.main" in (ROOT / "harness/apps" / f"{name}.py").read_text()]
 KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc", "export_policy",  # help lists each
               "deploy_policy")                                          # key by hand
 TRAIN_GROUPS = ("task", "algo", "policy", "curriculum", "detector", "logger", "experiment")
@@ -239,3 +237,15 @@ def test_a_path_argument_is_taken_as_written(tmp_path):
     assert quote_paths(args) == [
         "-m", f"checkpoint='{job}'", f"+hydra.run.dir='{job}'", "checkpoint=a,b", "seed=0,1",
         f"checkpoint={tmp_path}", f'checkpoint="{quoted}"', "--cfg", "job"]
+
+
+def test_run_app_returns_the_exit_status_and_prints_a_message(capsys):
+    from harness_common.cli import run_app
+
+    def fails() -> None:
+        raise SystemExit("collect_demos: episodes=0; must be >= 1")
+
+    assert run_app(lambda: None, []) == 0
+    assert run_app(lambda: sys.exit(3), []) == 3
+    assert run_app(fails, []) == 1
+    assert capsys.readouterr().err == "collect_demos: episodes=0; must be >= 1\n"
