@@ -25,4 +25,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) scripts/bench_envs.py
+	$(PY) benchmarks/bench_envs.py

@@ -1,59 +1,57 @@
-"""Running a Hydra app as a function: ``main(argv) -> exit status`` for the scripts, and a
-``--help`` that builds only what its template shows."""
+"""Running a Hydra app as a function: ``main(argv) -> exit status`` for the console scripts and
+``scripts/``, with a path argument taken as written even where Hydra's override grammar would
+not take it (a sweep's job folder, ``multirun/<date>/<time>/0_algo=grpo,seed=1``)."""
 
 from __future__ import annotations
 
-import string
+import re
 import sys
-from argparse import ArgumentParser
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from hydra._internal.hydra import Hydra
-from omegaconf import DictConfig, OmegaConf
+# ``key=value``, ``+key=value``, ``++key=value``, ``~key=value``: an override, not a flag's value.
+OVERRIDE_KEY = re.compile(r"(\+\+|\+|~)?[A-Za-z_][\w.@/-]*")
+# What Hydra's override grammar takes unquoted in a value (letters, digits and these symbols).
+UNQUOTED_VALUE = re.compile(r"[\w/\\+.$%*@?|:-]*", re.ASCII)
 
 
 def run_app(app: Callable[[], object], argv: Sequence[str] | None = None) -> int:
     """Run the ``@hydra.main`` function ``app`` on ``argv`` (default: the command line) and
-    return its exit status: 0, or the status of the ``SystemExit`` it raised (1 for a message,
-    as the scripts' ``fail`` does). ``sys.argv`` is restored afterwards."""
+    return its exit status: 0, or the status of the ``SystemExit`` it raised; a message
+    (``sys.exit("...")``) goes to stderr with status 1, as the interpreter would print it. Path
+    arguments are quoted first (:func:`quote_paths`); ``sys.argv`` is restored afterwards."""
     saved = sys.argv
-    sys.argv = [saved[0], *(saved[1:] if argv is None else argv)]
+    sys.argv = [saved[0], *quote_paths(saved[1:] if argv is None else argv)]
     try:
         app()
     except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
     finally:
         sys.argv = saved
     return 0
 
 
-def lazy_help_sections() -> None:
-    """Make Hydra's ``--help`` and ``--hydra-help`` build only the sections their template
-    names (``$APP_CONFIG_GROUPS``, ``$HYDRA_CONFIG_GROUPS``, ``$FLAGS_HELP``, ``$CONFIG``).
+def quote_paths(args: Sequence[str]) -> list[str]:
+    """``args`` with each ``key=value`` whose value names an existing file or folder, and holds
+    a character Hydra's grammar would read as syntax (``=``, ``,``, brackets, quotes, spaces),
+    rewritten as ``key='value'``: so ``checkpoint=<a sweep's job folder>`` works as written.
 
-    Hydra 1.3 builds all four for every help, and each of the ~55 group look-ups behind one
-    group list deep-copies its config repository, ConfigStore schemas included: 4-5 s of
-    ``scripts/train.py --help``, whose template lists its groups by hand and shows neither
-    list. The text of a help is unchanged. Call before the ``@hydra.main`` function runs.
+    A value that is no existing path is left alone, so ``-m checkpoint=run_a,run_b`` still
+    sweeps two checkpoints.
     """
-    Hydra.get_help = _get_help
+    return [_quoted(arg) for arg in args]
 
 
-def _get_help(self: Hydra, help_cfg: DictConfig, cfg: DictConfig, args_parser: ArgumentParser,
-              resolve: bool) -> str:
-    """``Hydra.get_help`` of Hydra 1.3, building a section only where the template names it."""
-    template = string.Template(help_cfg.template)
-
-    def is_hydra_group(group: str) -> bool:
-        return group == "hydra" or group.startswith("hydra/")
-
-    sections = {
-        "FLAGS_HELP": lambda: self.format_args_help(args_parser),
-        "HYDRA_CONFIG_GROUPS": lambda: self.format_config_groups(is_hydra_group),
-        "APP_CONFIG_GROUPS": lambda: self.format_config_groups(
-            lambda group: not is_hydra_group(group)),
-        "CONFIG": lambda: OmegaConf.to_yaml(cfg, resolve=resolve),
-    }
-    named = set(template.get_identifiers())
-    return template.substitute({name: build() for name, build in sections.items()
-                                if name in named})
+def _quoted(arg: str) -> str:
+    key, equals, value = arg.partition("=")
+    if (not equals or arg.startswith("-") or not OVERRIDE_KEY.fullmatch(key)
+            or UNQUOTED_VALUE.fullmatch(value) or not Path(value).exists()):
+        return arg
+    if "'" not in value:
+        return f"{key}='{value}'"
+    if '"' not in value:
+        return f'{key}="{value}"'
+    return f"{key}='{value.replace(chr(39), chr(92) + chr(39))}'"

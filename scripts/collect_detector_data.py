@@ -1,53 +1,12 @@
-"""Collect labelled frames for a learned success detector and write them to HDF5.
+"""Collect frames for a learned detector: ``python scripts/collect_detector_data.py --help``.
 
-usage: python scripts/collect_detector_data.py task=push episodes=400 [task.image_size=84]
-                                               [task.camera=front] [workers=2]
-
-Rolls out experts, noisy experts, near-miss and random policies over a range of difficulties
-(``conf/collect_detector_data.yaml``), labels each kept frame with the scripted predicate, splits
-by episode and balances classes; see ``success_detectors.data`` for the details and file layout.
+The app is :mod:`harness.apps.collect_detector_data`, with the same arguments as the console
+script ``harness-collect-detector-data`` of an installed package.
 """
 
-from __future__ import annotations
+import sys
 
-import time
-
-import hydra
-from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
-from rich.table import Table
-
-from harness_common.cli import lazy_help_sections
-
-lazy_help_sections()  # --help builds only what its template shows
-
-
-@hydra.main(config_path="../conf", config_name="collect_detector_data", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    # Here, not at the top: torch and the detectors load only for a run (not for --help).
-    from success_detectors import data
-
-    options = OmegaConf.to_container(cfg, resolve=True)
-    out, task = options.pop("out"), options.pop("task")
-    config = data.CollectConfig(task=task["name"], camera=task["camera"],
-                                image_size=task["image_size"], **options)
-
-    start = time.perf_counter()
-    splits = data.build_dataset(config)
-    path = data.write_dataset(out, splits, task=config.task, camera=config.camera,
-                              config=data.config_dict(config),
-                              camera_mounts=data.camera_mounts(config.task, config.camera))
-    summary = data.dataset_summary(splits, config.hard_margin)
-
-    table = Table(title=f"{config.task} detector frames ({config.camera}, {config.image_size}px)")
-    for column in ("split", "episodes", "frames", "positives", "negatives", "near-miss neg."):
-        table.add_column(column, justify="right")
-    for name, row in summary.items():
-        table.add_row(name, str(row["episodes"]), str(row["frames"]), str(row["positives"]),
-                      str(row["negatives"]), str(row["near_miss_negatives"]))
-    Console().print(table)
-    print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
-
+from harness.apps.collect_detector_data import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,37 +1,12 @@
-"""Write the experiment report of a sweep: ``python scripts/report.py multirun/<date>/<time>``.
+"""Write the experiment report of a sweep: ``python scripts/report.py --help``.
 
-Reads every run below the folder and writes ``report.md`` and ``plots/*.png`` (final held-out
-success per arm as IQM with 95% bootstrap intervals, learning curves, steps to 50%/80% success,
-informative groups, verifier error rates); see ``harness.report`` and docs/report.md.
+The app is :mod:`harness.apps.report`, with the same arguments as the console script
+``harness-report`` of an installed package.
 """
 
-import argparse
-import logging
 import sys
 
-from harness.report import DEFAULT_REPS, ReportError, build_report
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("multirun_dir", help="a sweep's folder (multirun/<date>/<time>)")
-    parser.add_argument("--out", default=None, help="where to write (default: multirun_dir)")
-    parser.add_argument("--allow-mixed-tasks", action="store_true",
-                        help="pool runs of different tasks (with a warning) instead of failing")
-    parser.add_argument("--metric", default="success_rate",
-                        help="summary.json key of final held-out performance")
-    parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap replicates")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        report = build_report(args.multirun_dir, args.out, metric=args.metric,
-                              allow_mixed_tasks=args.allow_mixed_tasks, reps=args.reps)
-    except ReportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"report: {report}")
-    return 0
-
+from harness.apps.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

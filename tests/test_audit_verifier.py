@@ -1,4 +1,4 @@
-"""``scripts/audit_verifier.py`` on real group runs scored by real (untrained) CNN detectors."""
+"""``studies/audit_verifier.py`` on real group runs scored by real (untrained) CNN detectors."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def runs(tmp_path_factory):
 
 
 def test_a_detector_that_calls_everything_success_fails_the_audit(runs):
-    script = importlib.import_module("scripts.audit_verifier")
+    script = importlib.import_module("studies.audit_verifier")
     result = script.main([str(runs / "fooled"), "--reference", str(runs / "scripted")])
     assert result["iterations_logged"] == 3
     # reach at difficulty 1 from an untrained policy: nearly every attempt truly fails, and the
@@ -57,7 +57,7 @@ def test_a_detector_that_calls_everything_success_fails_the_audit(runs):
 
 
 def test_a_detector_that_never_calls_success_has_no_false_positives(runs, tmp_path):
-    script = importlib.import_module("scripts.audit_verifier")
+    script = importlib.import_module("studies.audit_verifier")
     result = script.main([str(runs / "blind"), "--out", str(tmp_path / "blind.png"),
                           "--baseline", str(runs / "fooled"), "--baseline-label", "fooled"])
     assert result["baseline"]["fp_rate_max"] == 1.0  # the other run, audited beside it
@@ -67,7 +67,7 @@ def test_a_detector_that_never_calls_success_has_no_false_positives(runs, tmp_pa
 
 
 def test_bad_input_is_named(runs):
-    script = importlib.import_module("scripts.audit_verifier")
+    script = importlib.import_module("studies.audit_verifier")
     with pytest.raises(SystemExit, match="logged no detector/false_positive_rate"):
         script.main([str(runs / "scripted")])  # the scripted verifier has no error rates
     with pytest.raises(SystemExit, match="has no summary.json"):

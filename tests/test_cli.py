@@ -1,13 +1,12 @@
-"""The command line: every script answers ``--help`` (a Hydra app's without importing torch, the
-training app's without building group lists its template does not show); the Hydra apps list
-their keys, print their configuration, run on tiny settings and refuse bad values naming the key;
-``import harness`` registers the Gymnasium ids. Each check runs the scripts in a subprocess, as a
-user would."""
+"""The command line: every script answers ``--help`` (a Hydra app's without importing torch, and
+with Hydra unpatched); the Hydra apps list their keys, print their configuration, run on tiny
+settings, take a sweep's job folder as ``checkpoint=`` as written and refuse bad values naming the
+key; ``import harness`` registers the Gymnasium ids. Each check runs the scripts in a subprocess,
+as a user would."""
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,8 +17,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(path.stem for path in (ROOT / "scripts").glob("*.py"))
-HYDRA_APPS = [name for name in SCRIPTS
-              if "@hydra.main" in (ROOT / "scripts" / f"{name}.py").read_text()]
+STUDIES = sorted(str(path.relative_to(ROOT)) for folder in ("studies", "benchmarks")
+                 for path in (ROOT / folder).glob("*.py"))
+# The apps live in harness/apps/; scripts/<name>.py runs harness.apps.<name>.main.
+HYDRA_APPS = [name for name in SCRIPTS if (ROOT / "harness/apps" / f"{name}.py").exists()
+              and "@hydra.main" in (ROOT / "harness/apps" / f"{name}.py").read_text()]
 KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc", "export_policy",  # help lists each
               "deploy_policy")                                          # key by hand
 TRAIN_GROUPS = ("task", "algo", "policy", "curriculum", "detector", "logger", "experiment")
@@ -53,8 +55,11 @@ def help_text(script: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("cli") / "run"
-    run("train", *TINY_TRAIN, f"hydra.run.dir={run_dir}")
+    """A one-job sweep's run folder: its name, ``0_algo.group_size=2,...``, holds = and ,."""
+    sweep = tmp_path_factory.mktemp("cli") / "sweep"
+    run("train", "-m", *TINY_TRAIN, f"hydra.sweep.dir={sweep}")
+    (run_dir,) = sweep.glob("0_*")
+    assert "=" in run_dir.name and "," in run_dir.name
     return run_dir
 
 
@@ -62,6 +67,15 @@ def tiny_run(tmp_path_factory) -> Path:
 def test_every_script_answers_help(script):
     text = help_text(script)
     assert len(text.splitlines()) >= 3 and "Traceback" not in text
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=str)
+def test_every_study_and_benchmark_answers_help(path):
+    """Run from the repository root, as their docstrings say."""
+    done = subprocess.run([sys.executable, path, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage:") and "--help" in done.stdout
 
 
 def test_train_help_lists_every_group_choice_and_hides_the_schemas():
@@ -78,7 +92,7 @@ def test_train_help_lists_every_group_choice_and_hides_the_schemas():
         choices = sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
         missing = [choice for choice in choices if choice not in listed.replace(",", " ").split()]
         assert not missing, f"{group}: {missing} missing from --help"
-    assert "schema" not in text and text.count("python scripts/train.py") >= 3
+    assert "schema" not in text and text.count("harness-train ") >= 3
 
 
 @pytest.mark.parametrize("script", HYDRA_APPS)
@@ -89,7 +103,7 @@ def test_hydra_app_help_imports_neither_torch_nor_the_trainers(script):
     done = run(script, "--help", python_flags=("-X", "importtime"))
     imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "harness_common.cli" in imported  # the listing is there to read
+    assert "hydra.main" in imported  # the listing is there to read
     heavy = sorted(name for name in imported
                    if name.split(".")[0] in ("torch", "stable_baselines3", "transformers")
                    or name == "harness.trainers")
@@ -98,20 +112,17 @@ def test_hydra_app_help_imports_neither_torch_nor_the_trainers(script):
     assert done.stdout == help_text("train" if script == "main" else script)
 
 
-def test_train_help_builds_no_group_list_its_template_does_not_show():
-    """Hydra would list every config group for ``$APP_CONFIG_GROUPS`` and
-    ``$HYDRA_CONFIG_GROUPS`` (seconds of ConfigStore copies); the template shows neither."""
-    code = ("import atexit, runpy, sys\n"
+def test_no_app_patches_hydra():
+    """The help texts are Hydra's own templates (``hydra.help`` in each YAML): importing every
+    app leaves Hydra's classes as Hydra defines them."""
+    code = ("import importlib, pkgutil\n"
             "from hydra._internal.hydra import Hydra\n"
-            "built = []\n"
-            "build = Hydra.format_config_groups\n"
-            "Hydra.format_config_groups = lambda *a, **k: built.append(1) or build(*a, **k)\n"
-            "atexit.register(lambda: print('group lists built:', len(built), file=sys.stderr))\n"
-            "sys.argv = ['scripts/train.py', '--help']\n"
-            "runpy.run_path('scripts/train.py', run_name='__main__')\n")
-    done = run_python(code)
-    assert "group lists built: 0" in done.stderr
-    assert done.stdout == help_text("train")
+            "before = dict(vars(Hydra))\n"
+            "import harness.apps\n"
+            "for app in pkgutil.iter_modules(harness.apps.__path__):\n"
+            "    importlib.import_module(f'harness.apps.{app.name}')\n"
+            "assert dict(vars(Hydra)) == before\n")
+    run_python(code)
 
 
 @pytest.mark.parametrize("script", KEYED_APPS)
@@ -149,10 +160,9 @@ def test_main_job_config_is_the_experiment_and_main_py_prints_the_same():
     (["-m", "seed=0,1"], ["-m", "+experiment=main_job", "seed=0,1"]),
 ])
 def test_main_py_puts_the_experiment_among_the_overrides(argv, expected):
-    spec = importlib.util.spec_from_file_location("main_script", ROOT / "scripts/main.py")
-    main_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(main_script)
-    assert main_script.with_main_job(argv) == expected
+    from harness.apps.main import with_main_job
+
+    assert with_main_job(argv) == expected
 
 
 def test_evaluate_prints_its_table_and_writes_its_results(tiny_run, tmp_path):
@@ -211,3 +221,31 @@ def test_importing_harness_registers_the_gymnasium_ids():
             "envs = gymnasium.make_vec('harness/Reach-v0', num_envs=2)\n"
             "assert envs.reset(seed=0)[0]['state'].shape[0] == 2\n")
     run_python(code)
+
+
+def test_a_path_argument_is_taken_as_written(tmp_path):
+    """``key=<existing path>`` is quoted for Hydra when the path holds its syntax; anything else,
+    a sweep over two values included, reaches Hydra unchanged."""
+    from harness_common.cli import quote_paths
+
+    job = tmp_path / "0_algo=grpo,seed=1"
+    job.mkdir()
+    quoted = tmp_path / "it's"
+    quoted.mkdir()
+    args = ["-m", f"checkpoint={job}", f"+hydra.run.dir={job}", "checkpoint=a,b", "seed=0,1",
+            f"checkpoint={tmp_path}", f"checkpoint={quoted}", "--cfg", "job"]
+    assert quote_paths(args) == [
+        "-m", f"checkpoint='{job}'", f"+hydra.run.dir='{job}'", "checkpoint=a,b", "seed=0,1",
+        f"checkpoint={tmp_path}", f'checkpoint="{quoted}"', "--cfg", "job"]
+
+
+def test_run_app_returns_the_exit_status_and_prints_a_message(capsys):
+    from harness_common.cli import run_app
+
+    def fails() -> None:
+        raise SystemExit("collect_demos: episodes=0; must be >= 1")
+
+    assert run_app(lambda: None, []) == 0
+    assert run_app(lambda: sys.exit(3), []) == 3
+    assert run_app(fails, []) == 1
+    assert capsys.readouterr().err == "collect_demos: episodes=0; must be >= 1\n"

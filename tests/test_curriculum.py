@@ -273,7 +273,7 @@ def test_registry_lists_every_curriculum():
 
 
 def test_signal_figure_script_writes_a_png(tmp_path):
-    signal_figure = importlib.import_module("scripts.signal_figure")
+    signal_figure = importlib.import_module("studies.signal_figure")
     out = signal_figure.main(["--out", str(tmp_path / "fig.png"), "--p", "0.05", "--seed", "1"])
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

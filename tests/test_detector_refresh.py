@@ -246,7 +246,7 @@ def test_a_group_run_refreshes_its_verifier_and_resumes_exactly(root):
     assert json.loads((root / "straight" / "summary.json").read_text())["iterations"] == 3
     # every attempt was claimed, so each failure is a false positive, outside the success region
     assert all(v > 0 for _, v in straight["detector/false_positive_margin_mm_median"])
-    audit = importlib.import_module("scripts.audit_verifier").main([str(root / "straight")])
+    audit = importlib.import_module("studies.audit_verifier").main([str(root / "straight")])
     assert audit["fp_margin_mm_median_over_iterations"] > 0
     assert audit["refreshes"] == 3
     assert audit["labels_total"] == straight["detector/labels_total"][-1][1] > 0

@@ -5,7 +5,7 @@ name. Real components throughout: two tiny group-trainer runs (MLP on state, Tin
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import re
 import subprocess
@@ -42,15 +42,9 @@ POLICIES = {
 HYDRA_QUIET = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
 
 
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / f"scripts/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-export_app, deploy_app = script("export_policy"), script("deploy_policy")
+# The apps behind scripts/export_policy.py and scripts/deploy_policy.py.
+export_app = importlib.import_module("harness.apps.export_policy")
+deploy_app = importlib.import_module("harness.apps.deploy_policy")
 
 
 def export(tmp_path: Path, *args: str) -> int:

@@ -47,15 +47,10 @@ HELD_OUT = {"enabled": True, "friction": [1, 1], "mass": [1, 1], "damping": [1, 
 
 
 def _script(name: str):
-    """A script's module, imported from its file (its ``main`` is not run)."""
-    import importlib.util
-    import sys
+    """An app's module, :mod:`harness.apps.<name>` (what ``scripts/<name>.py`` runs)."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / f"scripts/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"harness.apps.{name}")
 
 
 def _frames(label, episode, step=None) -> FrameSet:
@@ -275,14 +270,14 @@ def test_a_threshold_chosen_again_on_val_follows_training_rule(loop, tmp_path):
             *base, "choose_threshold={target_precision: 0.9, conservative: false}"])
         both = compose("evaluate_detector", overrides=[
             *base, "threshold=0.5", "choose_threshold={target_precision: 0.9}"])
-    script.main.__wrapped__(cfg)
+    script.app.__wrapped__(cfg)
     written = json.loads(out.read_text())
     assert written["threshold"] == pytest.approx(
         threshold_on_file(detector, loop["mined"], "val", 0.9, False).threshold)
     assert written["threshold_chosen"]["conservative"] is False
     assert [r["data"] for r in written["results"]] == [str(loop["mined"]), str(test_only)]
     with pytest.raises(ValueError, match="give one of them"):
-        script.main.__wrapped__(both)
+        script.app.__wrapped__(both)
 
 
 def test_collect_config_rejects_a_bad_randomization_block():

@@ -453,7 +453,7 @@ def test_bad_reset_noise_and_noise_keys_name_the_value():
 
 # --- the study script -----------------------------------------------------------------------
 def test_study_script_on_a_tiny_budget_writes_its_table_and_figure(tmp_path):
-    study = importlib.import_module("scripts.study_reset_noise")
+    study = importlib.import_module("studies.study_reset_noise")
     grouped = np.array([1.0, 0.0, 0.5, 0.5])
     np.testing.assert_array_equal(study.centred(grouped, 2), [0.5, -0.5, 0.0, 0.0])
     assert np.isnan(study.pearson(np.ones(3), np.arange(3.0)))  # a constant side

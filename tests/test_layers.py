@@ -1,63 +1,96 @@
 """The layering rule of docs/architecture.md, checked on every import statement of the project,
-including those inside functions: no module imports a higher floor, and there are no circles."""
+including those inside functions: every module has a floor in ``FLOORS``, no module imports a
+higher floor, there are no circles (a submodule importing its own package's ``__init__`` counts),
+and no source file is over ``MAX_LINES`` lines. The checks are plain functions of a folder, so the
+last tests plant bad modules in a temporary tree and see each check fail."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness_common", "tasks", "success_detectors", "harness")
-# Longest matching prefix wins. A module may import its own floor or lower ones.
+FOLDERS = ("harness_common", "tasks", "success_detectors", "harness", "scripts", "benchmarks",
+           "studies")
+MAX_LINES = 420
+# A key names one module exactly; a key ending in ".*" names a package and everything below it.
+# Every module of FOLDERS must match a key (the longest match wins): a new module gets a floor
+# by a line here, never by default. A module imports its own floor or lower ones.
 FLOORS: dict[str, int] = {
-    "harness_common": 0,
-    "tasks": 0,
-    "success_detectors": 1,
+    "harness_common.*": 0,
+    "tasks.*": 0,
+    "success_detectors.*": 1,
     "harness": 2,  # the package itself: registers the Gymnasium ids (imports tasks)
+    "harness.conf": 2,  # the YAML configs' package (no code)
+    "harness.provenance": 2,
     "harness.objectives": 2,
-    "harness.policies": 2,
-    "harness.curriculum": 2,
+    "harness.outcomes": 2,
+    "harness.policies.*": 2,
+    "harness.curriculum.*": 2,
     "harness.demos": 2,
     "harness.demo_episodes": 2,
     "harness.evaluation": 2,
-    "harness.lerobot": 2,
+    "harness.lerobot.*": 2,
     "harness.export": 2,
     "harness.deploy": 2,
     "harness.launchers": 2,
     "harness.wandb_run": 2,
-    "harness.config": 2,  # the schema: checks, and builds none of a run's objects
+    "harness.config.*": 2,  # the schema: checks, and builds none of a run's objects
     "harness.runs": 4,
     "harness.bc": 4,
     "harness.start_policy": 4,
     "harness.state_pretraining": 4,
-    "harness.algos": 5,
+    "harness.algos.*": 5,
     "harness.checkpoints": 6,
-    "harness.report": 6,
+    "harness.report.*": 6,
     "harness.trainers": 6,
-    "scripts": 7,
+    "harness.apps.*": 7,
+    "scripts.*": 8,
+    "benchmarks.*": 8,
+    "studies.*": 8,
 }
 # The ground floor's two packages do not import each other: tasks/ imports nothing of ours.
 ISOLATED = ("tasks", "harness_common")
 
 
-def module_files() -> dict[str, Path]:
+def module_files(root: Path = ROOT, folders: tuple[str, ...] = FOLDERS) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file below ``root/<folder>``."""
     files = {}
-    for folder in (*PACKAGES, "scripts"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             files[".".join(parts)] = path
     return files
 
 
-def floor_of(module: str) -> int:
-    best = max((p for p in FLOORS if module == p or module.startswith(p + ".")), key=len)
-    return FLOORS[best]
+def floor_key(module: str, floors: dict[str, int]) -> str | None:
+    """The ``floors`` key that places ``module`` (the longest match), or None when none does."""
+    matches = [key for key in floors
+               if key == module or (key.endswith(".*") and (module == key[:-2]
+                                                            or module.startswith(key[:-1])))]
+    return max(matches, key=len, default=None)
+
+
+def floor_of(module: str, floors: dict[str, int] = FLOORS) -> int:
+    key = floor_key(module, floors)
+    if key is None:
+        raise KeyError(f"{module} has no floor in FLOORS")
+    return floors[key]
 
 
 def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """Our modules that ``module`` imports anywhere in its file."""
+    """Our modules that ``module`` names in an import statement anywhere in its file.
+
+    An import names the deepest of our modules its dotted name reaches: ``from P import name``
+    names ``P.name`` when that is a module, else ``P`` itself (its ``__init__``), also when ``P``
+    is the importing module's own package. Loading a module's parent packages, which Python does
+    before any submodule, is not an edge: it would make every package that re-exports its
+    submodules a circle with each of them.
+    """
     found = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -69,7 +102,7 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            names = [f"{base}.{alias.name}" for alias in node.names]
         for name in names:
             while name and name not in known:
                 name = name.rpartition(".")[0]
@@ -78,45 +111,69 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    known = module_files()
-    return {module: imports_of(module, path, known) for module, path in known.items()}
+def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    return {module: imports_of(module, path, files) for module, path in files.items()}
 
 
-def test_no_module_imports_a_higher_floor():
-    upward = [f"{module} (floor {floor_of(module)}) imports {target} (floor {floor_of(target)})"
-              for module, targets in import_graph().items() for target in sorted(targets)
-              if floor_of(target) > floor_of(module)]
-    assert not upward, "\n".join(upward)
+def unlisted_modules(files: dict[str, Path], floors: dict[str, int] = FLOORS) -> list[str]:
+    return [module for module in files if floor_key(module, floors) is None]
 
 
-def test_the_ground_floor_imports_nothing_of_ours():
-    leaks = [f"{module} imports {target}" for module, targets in import_graph().items()
-             for target in sorted(targets)
-             if module.split(".")[0] in ISOLATED and target.split(".")[0] != module.split(".")[0]]
-    assert not leaks, "\n".join(leaks)
+def upward_imports(graph: dict[str, set[str]], floors: dict[str, int] = FLOORS) -> list[str]:
+    return [f"{module} (floor {floor_of(module, floors)}) imports {target} "
+            f"(floor {floor_of(target, floors)})"
+            for module, targets in graph.items() for target in sorted(targets)
+            if floor_of(target, floors) > floor_of(module, floors)]
 
 
-def test_there_are_no_import_circles():
-    graph = import_graph()
-    # A package's __init__ that re-exports its submodules is not a circle with them.
-    edges = {m: {t for t in targets if not m.startswith(t + ".")} for m, targets in graph.items()}
-    state: dict[str, int] = {}
+def ground_floor_leaks(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{module} imports {target}" for module, targets in graph.items()
+            for target in sorted(targets)
+            if module.split(".")[0] in ISOLATED and target.split(".")[0] != module.split(".")[0]]
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle a depth-first walk of ``graph`` closes, as ``[a, b, ..., a]``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     circles: list[list[str]] = []
 
     def visit(node: str, trail: list[str]) -> None:
         state[node] = 1
-        for target in sorted(edges.get(node, ())):
+        for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                circles.append([*trail[trail.index(target):], target] if target in trail
-                               else [node, target])
+                circles.append([*trail[trail.index(target):], target])
             elif target not in state:
                 visit(target, [*trail, target])
         state[node] = 2
 
-    for module in sorted(edges):
+    for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+    return circles
+
+
+def long_files(files: dict[str, Path], root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
+    return [f"{path.relative_to(root)} ({n} lines)" for path in files.values()
+            if (n := len(path.read_text().splitlines())) > limit]
+
+
+def test_every_module_has_a_floor():
+    missing = unlisted_modules(module_files())
+    assert not missing, "no floor in FLOORS for:\n" + "\n".join(missing)
+
+
+def test_no_module_imports_a_higher_floor():
+    upward = upward_imports(import_graph(module_files()))
+    assert not upward, "\n".join(upward)
+
+
+def test_the_ground_floor_imports_nothing_of_ours():
+    leaks = ground_floor_leaks(import_graph(module_files()))
+    assert not leaks, "\n".join(leaks)
+
+
+def test_there_are_no_import_circles():
+    circles = import_circles(import_graph(module_files()))
     assert not circles, "\n".join(" -> ".join(c) for c in circles)
 
 
@@ -126,14 +183,69 @@ def test_the_config_imports_only_what_its_checks_read():
     allowed = ("tasks", "harness_common", "success_detectors", "harness.config",
                "harness.policies", "harness.objectives", "harness.demos",
                "harness.lerobot.reader")
-    leaks = [f"{module} imports {target}" for module, targets in import_graph().items()
+    leaks = [f"{module} imports {target}"
+             for module, targets in import_graph(module_files()).items()
              if module.startswith("harness.config") for target in sorted(targets)
              if target != "harness" and not any(target == a or target.startswith(a + ".")
                                                 for a in allowed)]
     assert not leaks, "\n".join(leaks)
 
 
-def test_no_source_file_is_over_400_lines():
-    long = [f"{path.relative_to(ROOT)} ({n} lines)" for path in module_files().values()
-            if (n := len(path.read_text().splitlines())) > 420]
+def test_no_source_file_is_over_420_lines():
+    assert MAX_LINES == 420  # the number in this test's name
+    long = long_files(module_files())
     assert not long, "\n".join(long)
+
+
+# The checks on planted trees: each bad module is written into a small tree of its own.
+PLANTED_FLOORS = {"low.*": 0, "high.*": 1}
+
+
+def plant(root: Path, sources: dict[str, str]) -> dict[str, Path]:
+    """Write ``{relative path: source}`` below ``root``; returns the tree's module files."""
+    for relative, source in sources.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(source)
+    return module_files(root, ("low", "high", "extra"))
+
+
+def test_a_planted_upward_import_inside_a_function_is_reported(tmp_path):
+    files = plant(tmp_path, {"low/__init__.py": "", "high/__init__.py": "",
+                             "high/top.py": "VALUE = 1\n",
+                             "low/base.py": "def f():\n    from high.top import VALUE\n"})
+    graph = import_graph(files)
+    assert upward_imports(graph, PLANTED_FLOORS) == [
+        "low.base (floor 0) imports high.top (floor 1)"]
+
+
+def test_a_planted_submodule_to_package_circle_is_reported(tmp_path):
+    """The package re-exports ``a``, and ``a`` takes a name from its own package: a circle
+    (which of the two runs first decides whether the name exists yet)."""
+    files = plant(tmp_path, {"low/__init__.py": "", "low/pkg/__init__.py":
+                             "from low.pkg.a import A\nNAME = 1\n",
+                             "low/pkg/a.py": "from low.pkg import NAME\nA = NAME\n",
+                             "low/pkg/b.py": "from . import a\n"})
+    graph = import_graph(files)
+    assert graph["low.pkg.b"] == {"low.pkg.a"}  # a submodule named by a relative import
+    assert import_circles(graph) == [["low.pkg", "low.pkg.a", "low.pkg"]]
+
+
+def test_a_package_that_only_re_exports_its_submodules_is_no_circle(tmp_path):
+    files = plant(tmp_path, {"low/__init__.py": "", "low/pkg/__init__.py":
+                             "from low.pkg.a import A\nfrom low.pkg.b import B\n",
+                             "low/pkg/a.py": "A = 1\n",
+                             "low/pkg/b.py": "from low.pkg.a import A\nB = A\n"})
+    assert import_circles(import_graph(files)) == []
+
+
+def test_a_planted_unlisted_module_is_reported(tmp_path):
+    files = plant(tmp_path, {"low/__init__.py": "", "high/__init__.py": "",
+                             "extra/__init__.py": "", "extra/stray.py": "import low\n"})
+    assert unlisted_modules(files, PLANTED_FLOORS) == ["extra", "extra.stray"]
+    with pytest.raises(KeyError, match="extra.stray has no floor"):
+        upward_imports(import_graph(files), PLANTED_FLOORS)
+
+
+def test_a_planted_long_file_is_reported(tmp_path):
+    files = plant(tmp_path, {"low/__init__.py": "", "low/long.py": "x = 1\n" * (MAX_LINES + 1)})
+    assert long_files(files, tmp_path) == [f"low/long.py ({MAX_LINES + 1} lines)"]

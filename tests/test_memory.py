@@ -66,7 +66,7 @@ def soak_script():
     import importlib.util
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("soak_script", root / "scripts/soak_group.py")
+    spec = importlib.util.spec_from_file_location("soak_script", root / "benchmarks/soak_group.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""How episodes end (``harness.outcomes``, ``scripts/failure_modes.py``): the classification
+"""How episodes end (``harness.outcomes``, ``studies/failure_modes.py``): the classification
 against hand-made cases, the recorder on real ``push`` and ``reach`` episodes played by the
 scripted expert, by a still arm and by the expert sent to a distractor, and the script end to
 end on a real (tiny) group-trainer run."""
@@ -27,7 +27,7 @@ from harness.outcomes import (
 )
 from harness.runs import CheckpointError
 
-failure_modes = importlib.import_module("scripts.failure_modes")
+failure_modes = importlib.import_module("studies.failure_modes")
 ROOT = Path(__file__).resolve().parents[1]
 
 

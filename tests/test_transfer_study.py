@@ -15,8 +15,8 @@ from harness.checkpoints import domain_options, task_env_factory
 from harness.config import ConfigError
 from harness.runs import resolve_checkpoint
 
-study = importlib.import_module("scripts.transfer_study")
-breakdown = importlib.import_module("scripts.transfer_breakdown")
+study = importlib.import_module("studies.transfer_study")
+breakdown = importlib.import_module("studies.transfer_breakdown")
 evaluate_app = importlib.import_module("scripts.evaluate")
 
 TINY = ["--total-timesteps", "128", "--episodes", "3", "--override", "task=reach",

@@ -113,7 +113,7 @@ def release_free_memory() -> bool:
     size follows the number of kept attempts. glibc serves such blocks from its heap once it has
     raised its mmap threshold (up to 32 MB, as large blocks are freed), and gives memory back
     only from the top of a heap: the pages of the holes between live blocks stay resident. Left
-    so, the pixel soak of ``scripts/soak_group.py`` grew the trainer process by 13-16 MiB/min;
+    so, the pixel soak of ``benchmarks/soak_group.py`` grew the trainer process by 13-16 MiB/min;
     trimmed after each iteration, its memory between iterations stays flat (docs/results.md).
 
     Returns:

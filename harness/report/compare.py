@@ -1,4 +1,4 @@
-"""Do two sweeps hold the same results? (``scripts/compare_sweeps.py``)
+"""Do two sweeps hold the same results? (``studies/compare_sweeps.py``)
 
 The same sweep run through two launchers (joblib, submitit, Ray) must give the same numbers:
 every job plays the same seeds in a fresh process, whatever process started it. Jobs are matched

@@ -8,7 +8,7 @@ the script also checks that every backend and worker count returns the very same
 (tokens, observations, outcomes). The reference is 1 worker process, measured in the same run;
 the figures to read are the ratios.
 
-usage: python scripts/bench_rollouts.py [--groups 8] [--group-size 8] [--repeats 3]
+usage: python benchmarks/bench_rollouts.py [--groups 8] [--group-size 8] [--repeats 3]
            [--obs pixels|state] [--policy auto|hf_vla --model small:paligemma --image-size 64]
            [--device cpu|cuda] [--workers 1 2] [--backends processes ray]
            [--out bench_results/rollouts.json]

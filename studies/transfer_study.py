@@ -29,7 +29,7 @@ its nominal success.
 Writes ``<out>/<arm>_seed<s>/`` (the runs; a finished one is not trained again),
 ``<out>/transfer_study.json`` and ``<out>/transfer_study.png``. Usage, from the repository root:
 
-    python scripts/transfer_study.py --out outputs/transfer_study --seeds 0 \\
+    python studies/transfer_study.py --out outputs/transfer_study --seeds 0 \\
         --total-timesteps 150000 --episodes 200 --override task=reach algo=ppo \\
         task.max_episode_steps=25
 """

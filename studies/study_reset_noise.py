@@ -28,7 +28,7 @@ apart (one per seed, or per arm on several machines) into ``<out>``. Every run s
 at difficulty 0) at ``--difficulty``; ``--override`` adds Hydra overrides to every run.
 
 Usage, from the repository root:
-    python scripts/study_reset_noise.py --out outputs/study_reset_noise \\
+    python studies/study_reset_noise.py --out outputs/study_reset_noise \\
         --sigmas-mm 0 2 5 10 20 --algos grpo critic --iterations 45 --seeds 0 1 2
 """
 

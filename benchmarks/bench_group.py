@@ -10,7 +10,8 @@ Prints and writes JSON:
   Rendering is separated from physics by rolling the same jobs out once more with state
   observations (no camera): rendering = pixel env time - state env time.
 
-usage: python scripts/bench_group.py [--groups 8] [--group-size 8] [--out bench_results/group.json]
+usage: python benchmarks/bench_group.py [--groups 8] [--group-size 8]
+           [--out bench_results/group.json]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ steps/s (random actions, physics included: the same for every arm), the memory t
 added (resident memory), and whether every arm drew the very same pixels; the ratios to read are
 against ``mujoco`` at Mesa's default.
 
-usage: python scripts/bench_render.py [--envs 64] [--steps 1280] [--size 84] [--repeats 2]
+usage: python benchmarks/bench_render.py [--envs 64] [--steps 1280] [--size 84] [--repeats 2]
            [--out bench_results/render.json]
 """
 

@@ -14,7 +14,7 @@ measured in one run, p50/p99/max per control step of:
   then ``env.step`` with its physics and camera.
 Target: p99 of the exported policy <= 10 ms of the 40 ms control period.
 
-usage: python scripts/bench_export.py [--calls 2000] [--episodes 20]
+usage: python benchmarks/bench_export.py [--calls 2000] [--episodes 20]
            [--out bench_results/export.json]
 """
 

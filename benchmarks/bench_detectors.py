@@ -1,9 +1,10 @@
 """Inference throughput of success detectors on one CPU core, and a trained one's error rates
 under a policy.
 
-usage: python scripts/bench_detectors.py [--checkpoint "outputs/detectors/push_goal+goal_side.pt"]
-                                         [--batch-sizes 1 32 256] [--seconds 3] [--threads 1]
-                                         [--audit-episodes 30] [--out outputs/bench_detectors.json]
+usage: python benchmarks/bench_detectors.py
+           [--checkpoint "outputs/detectors/push_goal+goal_side.pt"]
+           [--batch-sizes 1 32 256] [--seconds 3] [--threads 1]
+           [--audit-episodes 30] [--out outputs/bench_detectors.json]
 
 Times ``CNNDetector.predict_proba`` (input checks included) on batches of random 84x84 frames;
 without ``--checkpoint`` it uses an untrained network of the default architecture, which costs the

@@ -12,7 +12,7 @@ With ``--peer PYTHON`` it also runs ``../shared/bench/fetch_rate.py`` (Gymnasium
 FetchPush-v4, in its own venv) alternately with ours and prints the median ratios, for our default
 and fast physics (``state_fast``, ``pixels_fast``) against the same FetchPush measurement.
 
-usage: python scripts/bench_envs.py [--seconds 3] [--out bench_results/envs.json] [--peer PY]
+usage: python benchmarks/bench_envs.py [--seconds 3] [--out bench_results/envs.json] [--peer PY]
 """
 
 # ruff: noqa: I001  (tasks must be imported before mujoco)

@@ -1,4 +1,4 @@
-"""Check that two sweeps hold the same results: ``python scripts/compare_sweeps.py A B``.
+"""Check that two sweeps hold the same results: ``python studies/compare_sweeps.py A B``.
 
 Matches the jobs of two sweep folders by their folder names and compares every number of their
 ``summary.json`` and ``metrics.csv``, wall-clock figures and provenance left out (see

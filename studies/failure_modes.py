@@ -10,7 +10,7 @@ gives it. ``--max-episode-steps`` scores another horizon. Writes ``<out>/failure
 ``<out>/failure_modes.png`` (one pair of stacked bars per run, start and fine-tuned, and the pooled
 pair). Usage, from the repository root:
 
-    python scripts/failure_modes.py RUN_DIR [RUN_DIR ...] [--episodes 100] \
+    python studies/failure_modes.py RUN_DIR [RUN_DIR ...] [--episodes 100] \
         [--max-episode-steps N] [--out DIR]
 
 ``--episodes`` defaults to 100 per difficulty, the trainer's final evaluation: the success

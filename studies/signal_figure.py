@@ -6,7 +6,7 @@ Left: probability that a group of G Bernoulli(p) attempts is all-equal (no GRPO 
 ((r - mean) / std), Dr. GRPO (r - mean) and a critic baseline that knows p (r - p).
 
 Usage, from the repository root:
-    python -m scripts.signal_figure --out signal_figure.png --p 0.05 --group-size 8 --seed 0
+    python -m studies.signal_figure --out signal_figure.png --p 0.05 --group-size 8 --seed 0
 """
 
 from __future__ import annotations

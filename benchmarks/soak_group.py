@@ -1,6 +1,6 @@
 """Soak test of the group trainer: train for a long time and sample the memory of every process.
 
-    python scripts/soak_group.py --minutes 60 --out outputs/soak
+    python benchmarks/soak_group.py --minutes 60 --out outputs/soak
 
 runs ``scripts/train.py`` with the pixel settings of ``+experiment=push_easy_pixels`` (TinyVLA on
 ``push``, 2 rollout workers; the main job until 2026-12-05, with which docs/results.md's soak

@@ -4,8 +4,8 @@ The measurement mirrors ``../shared/bench/fetch_rate.py ppo`` exactly on our tas
 default hyper-parameters and ``n_steps=2048``, ``MlpPolicy`` on the flattened ``Dict``
 observation, ``n_envs=1``, one torch thread, ``learn(timesteps)`` timed end to end.
 
-    python scripts/bench_sb3.py                       # ours only
-    python scripts/bench_sb3.py --peer --repeats 3    # alternate ours / FetchPush-v4, median ratio
+    python benchmarks/bench_sb3.py                    # ours only
+    python benchmarks/bench_sb3.py --peer --repeats 3 # alternate ours / FetchPush-v4, median ratio
 
 ``--peer`` takes the peer venv's python, or builds it with ``../shared/bench/peer_venv.sh``.
 Each measurement runs in a fresh process, ours and theirs alternating, so that drifts in the

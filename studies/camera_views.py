@@ -1,6 +1,6 @@
 """What every camera of a task sees: one PNG row per moment of a scripted-expert episode.
 
-usage: python scripts/camera_views.py [--task push [pick_place ...]] [--cameras front wrist]
+usage: python studies/camera_views.py [--task push [pick_place ...]] [--cameras front wrist]
                                       [--size 168] [--seed 0] [--difficulty 1.0]
                                       [--moments 0 20 40] [--out outputs/camera_views_push.png]
 

@@ -1,6 +1,6 @@
 """Roll out every task's scripted expert, print a success table and write a PNG strip of frames.
 
-usage: python scripts/rollout_experts.py [--episodes 20] [--difficulty 1.0] [--noise 0.0]
+usage: python studies/rollout_experts.py [--episodes 20] [--difficulty 1.0] [--noise 0.0]
                                          [--out outputs/experts] [--camera front]
 """
 

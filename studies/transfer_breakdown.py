@@ -1,6 +1,6 @@
 """Which part of a transfer study's held-out domain costs each policy its success.
 
-Reads a folder written by ``scripts/transfer_study.py`` (its ``transfer_study.json``: the
+Reads a folder written by ``studies/transfer_study.py`` (its ``transfer_study.json``: the
 held-out domain, the arms' runs and test seeds) and plays every run's final policy (greedy,
 the study's test seeds) in the held-out domain with one part of it set back at a time:
 
@@ -18,7 +18,7 @@ noise never reaches it, and it trained on nothing, so "as trained" sets a part b
 Writes ``<out>/transfer_breakdown.json`` and ``<out>/transfer_breakdown.png``. Usage, from
 the repository root:
 
-    python scripts/transfer_breakdown.py outputs/transfer_study [--episodes 200] [--expert] \\
+    python studies/transfer_breakdown.py outputs/transfer_study [--episodes 200] [--expert] \\
         [--out DIR]
 """
 
@@ -96,7 +96,7 @@ def read_study(folder: Path) -> dict[str, Any]:
     path = folder / STUDY_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; pass a folder that "
-                                "scripts/transfer_study.py wrote")
+                                "studies/transfer_study.py wrote")
     study = json.loads(path.read_text())
     if "held_out" not in study.get("settings", {}) or not study.get("rows"):
         raise ValueError(f"{path} has no settings.held_out or no rows; is it a transfer study?")

@@ -6,7 +6,7 @@ demos and from resets (``starts/signal_demo``, ``starts/signal_reset``), trainin
 attempts (``rollout/success_rate``) and held-out validation success from fresh resets
 (``eval/success_rate``), against environment steps (``harness_common.plots.start_states_curve``).
 
-usage: python scripts/start_states_figure.py <run dir> [--out <file.png>]
+usage: python studies/start_states_figure.py <run dir> [--out <file.png>]
 """
 
 from __future__ import annotations

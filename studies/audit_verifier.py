@@ -18,7 +18,7 @@ reads them and answers the two questions of the audit:
 
 Writes ``<run>/verifier_audit.json`` and the figure (``harness_common.plots.verifier_audit_curve``).
 
-usage: python scripts/audit_verifier.py <run dir> [--reference <run dir>] [--fp-target 0.02]
+usage: python studies/audit_verifier.py <run dir> [--reference <run dir>] [--fp-target 0.02]
            [--margin 0.05] [--baseline <run dir without detector_refresh>] [--out <file.png>]
 """
 

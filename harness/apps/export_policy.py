@@ -1,0 +1,160 @@
+"""Export a trained token policy: ``python scripts/export_policy.py checkpoint=<run dir>
+out=policy.onnx``.
+
+A Hydra app over ``conf/export_policy.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
+them). ``checkpoint`` is a group-trainer run (grpo, dr_grpo, rloo, critic, reinforce) as
+``scripts/evaluate.py`` takes it: a run directory (its best checkpoint, else its latest), a
+``checkpoints/`` folder, a checkpoint file or its metadata JSON. Its MLP or TinyVLA token policy
+(``reference=true``: the frozen start policy stored with it) becomes one ONNX graph from the raw
+observation arrays to logits, greedy tokens and actions (:mod:`harness.export`), with the task,
+its options, the inputs, the bin-centre rule, the checkpoint's SHA-256 and the export date in the
+model's metadata. Before anything is written the graph runs, in onnxruntime, on
+``check_observations`` observations of real env steps and must give the torch policy's logits
+within ``tolerance`` and the same greedy tokens. ``out`` is written atomically: a kill never
+leaves a partial file there.
+
+Run it with ``scripts/deploy_policy.py model=<out>`` (no torch needed); see docs/export.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from harness_common.cli import run_app
+from harness_common.files import atomic_write, sha256_of
+
+if TYPE_CHECKING:
+    from harness.policies import TokenPolicy
+
+FORMATS = ("onnx",)
+
+
+@dataclass
+class ExportConfig:
+    """The primary config of this app (``conf/export_policy.yaml``); see the module docstring."""
+
+    checkpoint: str = MISSING
+    out: str = MISSING
+    format: str = "onnx"
+    reference: bool = False
+    check_observations: int = 32
+    tolerance: float = 1e-4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format={self.format!r}; this version exports {FORMATS} only")
+        if self.check_observations < 1:
+            raise ValueError(f"check_observations={self.check_observations}; must be >= 1")
+        if not self.tolerance > 0:
+            raise ValueError(f"tolerance={self.tolerance}; must be > 0")
+
+
+ConfigStore.instance().store(name="export_policy_schema", node=ExportConfig)
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as this script's error and exit with status 1."""
+    print(f"export_policy.py: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def load_token_policy(checkpoint: str, reference: bool = False
+                      ) -> tuple[TokenPolicy, Path, dict[str, Any]]:
+    """The token policy of a group-trainer checkpoint, its file and its metadata.
+
+    Raises:
+        CheckpointError: Missing, unreadable or corrupt checkpoint.
+        ValueError: A checkpoint of another algorithm, or a policy that cannot be rebuilt (an
+            unknown kind, weights that do not fit); the message names the value.
+    """
+    # Here and in export_policy(), not at the top: torch and the harness load only for an
+    # export (not for --help, --cfg job).
+    from harness.algos.group_checkpoints import read_checkpoint
+    from harness.config import GROUP_ALGOS, SB3_ALGOS
+    from harness.policies import TokenPolicyConfig, build_policy
+    from harness.runs import resolve_checkpoint
+
+    path, metadata = resolve_checkpoint(checkpoint)
+    algo = metadata["algo"]
+    if algo not in GROUP_ALGOS:
+        what = ("an SB3 policy (a Gaussian over continuous actions, not action tokens)"
+                if algo in SB3_ALGOS else "an algorithm this version does not know")
+        raise ValueError(f"checkpoint {path} is of algo={algo!r}, {what}; only the token "
+                         f"policies of group-trainer checkpoints ({', '.join(GROUP_ALGOS)}) "
+                         "can be exported")
+    state = read_checkpoint(path)
+    try:
+        config = TokenPolicyConfig.from_saved(state["policy_config"])
+        policy = build_policy(config, {k: tuple(v) for k, v in state["obs_shapes"].items()})
+        policy.load_state_dict(state["trainer"]["reference" if reference else "policy"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"checkpoint {path}: cannot rebuild its token policy: {error}") from None
+    return policy.eval(), path, metadata
+
+
+@hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="export_policy")
+def export_policy(cfg: DictConfig) -> None:
+    """Export ``cfg.checkpoint``'s policy to ``cfg.out``, checked against the torch policy."""
+    import tasks
+    from harness.export import export_onnx, sample_observations
+    from harness.policies import obs_shapes_from_space
+    from harness.runs import CheckpointError
+
+    try:
+        args = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as error:
+        fail(f"{error.full_key}= is required: checkpoint=<run dir> out=<file.onnx>")
+    except (OmegaConfBaseException, ValueError) as error:
+        fail(str(error))
+    try:
+        policy, path, metadata = load_token_policy(args.checkpoint, args.reference)
+        task, options = metadata["task"], metadata["task_options"]
+        env = tasks.make(task, **options)
+        shapes = obs_shapes_from_space(env.observation_space)
+        if shapes != policy.obs_shapes:
+            raise ValueError(f"checkpoint {path} holds a policy for observations "
+                             f"{policy.obs_shapes}, but its task {task!r} with {options} gives "
+                             f"{shapes}")
+        observations = sample_observations(env, args.check_observations, args.seed)
+        env.close()
+        record = {
+            "task": task, "task_options": options, "evaluation": metadata.get("evaluation"),
+            "control_period_s": env.config.timestep * env.config.substeps,
+            "source": {"checkpoint": str(path.resolve()), "sha256": sha256_of(path),
+                       "algo": metadata["algo"], "num_timesteps": metadata.get("num_timesteps"),
+                       "seed": metadata.get("seed"),
+                       "policy": "reference (start)" if args.reference else "fine-tuned"},
+        }
+        model, info = export_onnx(policy, record, observations, args.tolerance)
+    except (CheckpointError, ValueError, TypeError) as error:
+        fail(str(error))
+    atomic_write(args.out, lambda file: file.write(model))
+    parity = info["parity"]
+    inputs = ", ".join(f"{e['name']} {tuple(e['shape'])} {e['dtype']}" for e in info["inputs"])
+    print(f"exported the {info['source']['policy']} {policy.config.kind} policy of "
+          f"{metadata['algo']} on {task} (checkpoint {path.name}, sha256 "
+          f"{info['source']['sha256'][:12]}...) to {args.out}: {len(model) / 1024:.0f} KiB, "
+          f"opset {info['exporter']['opset']}")
+    print(f"inputs (batch first): {inputs}; outputs: {', '.join(info['outputs'])}")
+    print(f"parity on {parity['observations']} env observations: max |logit diff| "
+          f"{parity['max_abs_logit_diff']:.2e} (tolerance {args.tolerance:g}), greedy tokens equal")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
+    after an error (a bad key or value, a missing or corrupt checkpoint, a policy that cannot be
+    exported, a failed parity check)."""
+    return run_app(export_policy, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Train a policy on a task: ``harness-train task=reach algo=ppo`` (or ``python scripts/train.py``).
+
+Hydra composes ``conf/train.yaml``; the run directory is Hydra's output dir. ``resume=true`` with
+``hydra.run.dir=<run dir>`` continues a killed run from its latest checkpoint. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from harness import config as harness_config
+from harness_common.cli import run_app
+
+harness_config.register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="train")
+def app(cfg: DictConfig) -> float:
+    # Here, not at the top: torch and the trainers load only for a run (not for --help, --cfg).
+    from harness import trainers
+
+    config = harness_config.load(cfg)
+    summary = trainers.train(config, HydraConfig.get().runtime.output_dir)
+    return summary["success_rate"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the training app on ``argv`` (default: the command line); returns its exit status."""
+    return run_app(app, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
