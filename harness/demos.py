@@ -40,6 +40,7 @@ from tqdm import tqdm
 import tasks
 from harness.demo_episodes import read_episode, record_episode, write_episode
 from harness_common.files import atomic_path
+from harness_common.paths import data_dir
 
 ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
 DEMO_LABELS: tuple[str, ...] = ("executed", "expert")  # what a demo's ``actions`` hold
@@ -48,13 +49,14 @@ _DEMO_NAME = re.compile(r"demo_(\d+)")
 
 
 def demo_cache_dir() -> Path:
-    """The folder where recorded demos are cached for reuse: ``data/demos`` under the working
-    directory. Every reader and writer of the cache asks here, so that moving it is one change.
+    """The folder where recorded demos are cached for reuse: ``<data_dir>/demos``
+    (:func:`harness_common.paths.data_dir`: ``HARNESS_DATA``, else a checkout's ``data/``, else
+    the user's data folder). Every reader and writer of the cache asks here.
 
     Returns:
-        The folder, relative to the working directory (it may not exist yet).
+        The folder (it may not exist yet).
     """
-    return Path("data") / "demos"
+    return data_dir() / "demos"
 
 
 @dataclass(frozen=True)

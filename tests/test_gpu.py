@@ -125,6 +125,7 @@ def test_group_trainer_runs_hf_vla(tmp_path, monkeypatch, device, mode, dtype):
     """Demos -> BC -> 2 GRPO iterations -> evaluation with the learner on ``device``; batched
     mode plays every attempt with that one policy, per-worker mode with CPU copies in 2 workers."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     cfg = harness_config.compose([
         # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
         "task=reach", "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=6",
@@ -145,6 +146,7 @@ def test_group_trainer_runs_hf_vla(tmp_path, monkeypatch, device, mode, dtype):
 @pytest.mark.parametrize("policy", ["tiny_vla", "mlp"])
 def test_group_trainer_runs_the_small_policies(tmp_path, monkeypatch, policy, device):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     obs_mode = "pixels" if policy == "tiny_vla" else "state"
     cfg = harness_config.compose([
         "task=reach", f"task.obs_mode={obs_mode}", "task.image_size=32",
@@ -158,6 +160,7 @@ def test_group_trainer_runs_the_small_policies(tmp_path, monkeypatch, policy, de
 @pytest.mark.parametrize("device", ON_BOTH)
 def test_sb3_ppo_runs(tmp_path, monkeypatch, device):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     cfg = harness_config.compose([
         "task=reach", "task.obs_mode=state", "task.max_episode_steps=20", "policy=mlp",
         "algo=ppo", f"device={device}", "total_timesteps=512", "algo.n_steps=128", *QUIET])

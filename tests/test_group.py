@@ -90,7 +90,8 @@ def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak
 def test_a_run_started_from_the_saved_start_policy_plays_the_same_run(tmp_path, monkeypatch):
     """A cloned start is kept as ``start_policy.pt``; an ablation arm that loads it through
     ``algo.init_policy`` skips the cloning and plays exactly the run that wrote it."""
-    monkeypatch.chdir(tmp_path)  # the demo cache (data/demos) lands here
+    monkeypatch.chdir(tmp_path)  # the demo cache (HARNESS_DATA) lands here
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.bc_demos=10",
                           "algo.bc_epochs=100")
     saved = tmp_path / "cloned" / "start_policy.pt"
@@ -143,7 +144,8 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
     spec = importlib.util.spec_from_file_location("main_script", root / "scripts/main.py")
     main_script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(main_script)
-    monkeypatch.chdir(tmp_path)  # the demo cache (data/demos) lands here
+    monkeypatch.chdir(tmp_path)  # the demo cache (HARNESS_DATA) lands here
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     main_script.main([
         "hydra.run.dir=run", "hydra/job_logging=none", "hydra/hydra_logging=none",
         "task=reach", "task.image_size=32",

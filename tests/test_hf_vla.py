@@ -247,6 +247,8 @@ def test_lora_run_resumes_with_its_adapters_and_reference(tmp_path, monkeypatch)
     from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.chdir(tmp_path)
+
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     options = [*PIXELS, "policy.model=tiny:paligemma", "task.max_episode_steps=4",
                "algo=critic", "algo.zero_signal=keep", "algo.num_start_states=2",
                "algo.group_size=2", "algo.minibatch_size=4", "eval.every_steps=0",
@@ -272,6 +274,7 @@ def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch):
     """``scripts/train.py``: demos -> BC -> 2 GRPO iterations -> final evaluation, then
     ``scripts/evaluate.py checkpoint=<run dir>`` loads the run."""
     monkeypatch.chdir(tmp_path)  # the demo cache lands here
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     run = [sys.executable, str(ROOT / "scripts/train.py"), *PIXELS, "policy.model=tiny:idefics3",
            # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
            "task.max_episode_steps=6", "task.difficulty=0.2", "algo.bc_demos=2", "algo.bc_epochs=2",

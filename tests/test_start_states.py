@@ -125,7 +125,8 @@ def _run(tmp_path, name, *overrides):
 
 def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_path,
                                                                            monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the start demos are cached under ./data/demos
+    monkeypatch.chdir(tmp_path)  # the start demos are cached under HARNESS_DATA
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     reset, _ = _run(tmp_path, "reset")
     mixed, metrics = _run(tmp_path, "mix", "algo.start_states=mix", "algo.start_demos=3",
                           "algo.replay_every=2")

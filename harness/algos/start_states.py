@@ -33,7 +33,7 @@ import numpy as np
 import tasks
 from harness import curriculum as curricula
 from harness.config import TRAIN_SEED_STRIDE
-from harness.demos import DEMO_FORMAT_VERSION, collect_demos
+from harness.demos import DEMO_FORMAT_VERSION, collect_demos, demo_cache_dir
 from harness.start_policy import demo_file
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,12 @@ class Start:
     remaining: float | None = None
 
 
-def demo_start_file(cfg, demo_dir: str | Path = "data/demos", progress: bool = True) -> Path:
+def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = True) -> Path:
     """The demo file of ``algo.start_demos`` (state observations, at ``task.difficulty``):
-    recorded once and cached beside the BC demos; a cached file of format version 1 (no
-    snapshots) is recorded again."""
+    recorded once and cached beside the BC demos (``demo_dir``, default
+    :func:`harness.demos.demo_cache_dir`); a cached file of format version 1 (no snapshots) is
+    recorded again."""
+    demo_dir = demo_cache_dir() if demo_dir is None else demo_dir
     options = {**cfg.task.env_options(), "obs_mode": "state"}
     options.pop("camera", None)
     options.pop("image_size", None)

@@ -4,7 +4,7 @@ With no arguments (``make run``) it fine-tunes the TinyVLA (pixels + instruction
 full difficulty (goal 6-18 cm away, two distractor cubes, the instruction naming the target):
 
 1. record 200 scripted-expert demonstrations with noise injected into the executed actions
-   (once: they are cached under ``data/demos``);
+   (once: they are cached under ``<data_dir>/demos``, ``data/demos`` in a checkout);
 2. teach the policy's features the simulator state on noisy-expert frames
    (``harness.state_pretraining.pretrain_state_features``), then behaviour-clone it on the action
    tokens, keeping the epoch with the lowest loss on held-out demos;

@@ -238,7 +238,8 @@ class GroupAlgoConfig(AlgoConfig):
             run's ``start_policy.pt``) to start from; it is also the KL reference, and the
             ``bc_*`` options are unused. ``None`` starts from fresh weights (or from BC, below).
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
-            many scripted-expert demos at ``task.difficulty`` (demos cached under ``data/demos``).
+            many scripted-expert demos at ``task.difficulty`` (demos cached under
+            ``<data_dir>/demos``).
         bc_dataset: Without ``init_policy``: a LeRobotDataset v3.0 folder (e.g. written by
             ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
             recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
