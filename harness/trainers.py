@@ -152,7 +152,8 @@ def _finished_summary(run_dir: Path, metadata: dict[str, Any],
     """The summary of a run that already used its whole budget, or ``None``.
 
     A run is finished when its ``summary.json`` was written from the latest checkpoint and that
-    checkpoint reached ``total_timesteps`` (or, for the group algorithms, ``algo.iterations``).
+    checkpoint reached its family's budget: ``algo.iterations`` for the group algorithms,
+    ``total_timesteps`` for SB3.
     """
     path = run_dir / "summary.json"
     if not path.exists():
@@ -162,6 +163,8 @@ def _finished_summary(run_dir: Path, metadata: dict[str, Any],
     except (OSError, ValueError):
         return None  # a damaged summary: resume rewrites it
     steps = int(metadata["num_timesteps"])
-    done = (config.total_timesteps is not None and steps >= config.total_timesteps) or (
-        "iteration" in metadata and metadata["iteration"] >= getattr(config.algo, "iterations", 0))
+    if config.algo.family == "group":
+        done = int(metadata.get("iteration", 0)) >= config.algo.iterations
+    else:
+        done = steps >= config.total_timesteps
     return summary if done and summary.get("env_steps") == steps else None

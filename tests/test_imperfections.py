@@ -459,7 +459,7 @@ def test_study_script_on_a_tiny_budget_writes_its_table_and_figure(tmp_path):
     assert np.isnan(study.pearson(np.ones(3), np.arange(3.0)))  # a constant side
     assert study.pearson(np.arange(3.0), 2 * np.arange(3.0)) == pytest.approx(1.0)
     figure = study.main(["--out", str(tmp_path), "--sigmas-mm", "0", "5", "--algos", "grpo",
-                         "--total-timesteps", "200", "--final-episodes", "2",
+                         "--iterations", "2", "--final-episodes", "2",
                          "--probe-starts", "1", "--probe-repeats", "2",
                          "--override", "algo.bc_demos=0", "algo.group_size=2",
                          "algo.num_start_states=2", "algo.minibatch_size=4"])

@@ -91,7 +91,7 @@ def test_one_gl_context_per_thread_and_small_renderers():
 def test_renderers_take_a_fraction_of_mujoco_renderers_memory():
     """In fresh processes: 16 renderers of ours against 16
     ``mujoco.Renderer`` (benchmarks/bench_render.py's arms), with the same pixels."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_render.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_render.py"
     answers = {}
     for arm in ("ours", "mujoco"):
         run = subprocess.run([sys.executable, str(script), "--arm", arm, "--envs", "16",

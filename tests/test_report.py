@@ -328,7 +328,8 @@ def test_curriculum_ablation_composes_for_every_curriculum(experiment, task, bc_
     assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
         "grpo", task, "state", "mlp")
     assert config.task.difficulty == 1.0 and config.curriculum.name == curriculum
-    assert config.max_minutes is not None and config.total_timesteps < 1_000_000
+    assert config.max_minutes is not None and config.total_timesteps is None
+    assert config.algo.iterations <= 1000  # the budget of a group run
     # the easy-start variants clone on difficulty 0 and still train and evaluate at 1.0
     assert config.algo.bc_difficulty == bc_difficulty
 

@@ -514,7 +514,7 @@ def test_goal_camera_is_only_in_tasks_with_a_goal_marker():
 
 
 def test_camera_views_script_renders_every_camera(tmp_path):
-    path = Path(__file__).resolve().parents[1] / "scripts" / "camera_views.py"
+    path = Path(__file__).resolve().parents[1] / "studies" / "camera_views.py"
     spec = importlib.util.spec_from_file_location("camera_views", path)
     camera_views = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(camera_views)
