@@ -350,3 +350,65 @@ def test_detector_outputs_stay_inside_their_folder(tmp_path):
         contained_path(tmp_path, "push_x/../../escaped.pt")
     with pytest.raises(ValueError, match="outside the output folder"):
         contained_path(tmp_path, "/etc/escaped.pt")
+
+
+# ------------------------------------------------------------------ deployment metadata
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """An exported MLP token policy for reach (random weights): model bytes and its record."""
+    import torch
+
+    from harness.export import export_onnx
+    from harness.policies import TokenPolicyConfig
+    from harness.policies import make as make_policy
+
+    torch.manual_seed(0)
+    env = tasks.make("reach")
+    policy = make_policy(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    return export_onnx(policy, {"task": "reach", "task_options": {"max_episode_steps": 10}})
+
+
+def _edited(record, path, value):
+    """``record`` with the field at dotted ``path`` set to ``value`` (removed for ``...``)."""
+    record = json.loads(json.dumps(record))
+    *parents, last = path.split(".")
+    target = record
+    for key in parents:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    if value is ...:
+        del target[last]
+    else:
+        target[last] = value
+    return record
+
+
+@pytest.mark.parametrize(("path", "value", "match"), [
+    ("inputs.0.shape", [9], "the graph takes"),
+    ("inputs.0.shape", [200000, 200000], r"inputs\[0\].shape=\[200000, 200000\]"),
+    ("inputs.0.dtype", "object", r"inputs\[0\].dtype='object'"),
+    ("inputs.0.name", "secrets", r"inputs\[0\].name='secrets'"),
+    ("task", ..., "task=None"),
+    ("task", "nope", "task='nope'"),
+    ("policy", ..., "policy=None"),
+    ("task_options.max_episode_steps", 10**12, "max_episode_steps=1000000000000"),
+    ("task_options.max_episode_steps", 1e12, "max_episode_steps=1000000000000.0"),
+    ("action_dim", "four", "action_dim='four'"),
+    ("action_dim", 5, "action_dim=5"),
+    ("evaluation", {"difficulties": [2.0]}, r"evaluation.difficulties=\[2.0\]"),
+])
+def test_a_crafted_deploy_record_is_refused_by_field_before_anything_runs(exported, tmp_path,
+                                                                           path, value, match):
+    """Wrong shapes, dtypes, missing task or policy, huge shapes and endless episodes end in
+    one ValueError naming the file and the field, not in onnxruntime, KeyError or MemoryError
+    tracebacks, and not in a deployment that runs for hours."""
+    import onnx
+
+    from harness.deploy import METADATA_KEY, ExportedPolicy
+
+    model = onnx.load_from_string(exported[0])
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(
+        _edited(exported[1], path, value))})
+    onnx.save(model, tmp_path / "crafted.onnx")
+    with pytest.raises(ValueError, match=match) as error:
+        ExportedPolicy(tmp_path / "crafted.onnx")
+    assert "crafted.onnx" in str(error.value)
