@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +38,94 @@ def observation_dtype(key: str) -> str:
     """The dtype of observation ``key`` as the env returns it and the graph takes it: ``pixels``
     uint8, ``instruction`` int64, the rest float32 (``harness.policies.obs_to_batch``'s rule)."""
     return {"pixels": "uint8", "instruction": "int64"}.get(key, "float32")
+
+
+# Bounds of a deploy record (:func:`check_record`): far above any exported policy, low enough
+# that a crafted record cannot make the deploy side allocate gigabytes or play for hours.
+MAX_INPUT_ELEMENTS = 2**22  # per observation: 480 x 480 x 3 pixels is 691,200
+MAX_EPISODE_STEPS = 10_000  # the tasks' own horizons are 50 to 100 control steps
+MAX_ACTION_DIM, MAX_BINS = 64, 65536
+OBSERVATION_KEYS = ("pixels", "proprio", "state", "instruction")
+_ORT_TYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8", "tensor(int64)": "int64"}
+
+
+def check_record(info: dict[str, Any], path: Path) -> None:
+    """Check a deploy record field by field against its schema, with bounds.
+
+    Args:
+        info: The record (JSON of the model's :data:`METADATA_KEY` metadata).
+        path: The model file, for messages.
+
+    Raises:
+        ValueError: Naming the file, the field, its value and what was expected.
+    """
+    def refuse(field: str, value: Any, expected: str) -> NoReturn:
+        raise ValueError(f"{path}: its {METADATA_KEY!r} metadata has {field}={value!r}; "
+                         f"expected {expected}")
+
+    def integer(value: Any, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    if info.get("task") not in tasks.TASKS:
+        refuse("task", info.get("task"), f"one of {sorted(tasks.TASKS)}")
+    options = info.get("task_options")
+    if not isinstance(options, dict):
+        refuse("task_options", options, "an object of task options")
+    if "max_episode_steps" in options and not integer(options["max_episode_steps"], 1,
+                                                      MAX_EPISODE_STEPS):
+        refuse("task_options.max_episode_steps", options["max_episode_steps"],
+               f"an integer in [1, {MAX_EPISODE_STEPS}]")
+    policy = info.get("policy")
+    if not isinstance(policy, dict) or not isinstance(policy.get("kind"), str):
+        refuse("policy", policy, "the policy config, with its kind")
+    if not isinstance(info.get("exported_at"), str):
+        refuse("exported_at", info.get("exported_at"), "the export date")
+    if not integer(info.get("action_dim"), 1, MAX_ACTION_DIM):
+        refuse("action_dim", info.get("action_dim"), f"an integer in [1, {MAX_ACTION_DIM}]")
+    if not integer(info.get("num_bins"), 2, MAX_BINS):
+        refuse("num_bins", info.get("num_bins"), f"an integer in [2, {MAX_BINS}]")
+    entries = info.get("inputs")
+    if not isinstance(entries, list) or not entries:
+        refuse("inputs", entries, "a list of {name, shape, dtype}")
+    for i, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if name not in OBSERVATION_KEYS or [e.get("name") for e in entries].count(name) > 1:
+            refuse(f"inputs[{i}].name", name, f"one of {OBSERVATION_KEYS}, once each")
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 3 \
+                or not all(integer(side, 1, MAX_INPUT_ELEMENTS) for side in shape) \
+                or np.prod(shape, dtype=float) > MAX_INPUT_ELEMENTS:
+            refuse(f"inputs[{i}].shape", shape, f"1 to 3 sides of at most {MAX_INPUT_ELEMENTS} "
+                   "elements in all")
+        if entry.get("dtype") != observation_dtype(name):
+            refuse(f"inputs[{i}].dtype", entry.get("dtype"), repr(observation_dtype(name)))
+    evaluation = info.get("evaluation") or {}
+    if not isinstance(evaluation, dict):
+        refuse("evaluation", evaluation, "an object with seed and difficulties")
+    if "seed" in evaluation and not integer(evaluation["seed"], 0, 2**63 - 1):
+        refuse("evaluation.seed", evaluation["seed"], "an integer >= 0")
+    difficulties = evaluation.get("difficulties")
+    if difficulties is not None and not (isinstance(difficulties, list) and difficulties and all(
+            isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1
+            for d in difficulties)):
+        refuse("evaluation.difficulties", difficulties, "a list of numbers in [0, 1]")
+
+
+def check_graph(session: ort.InferenceSession, inputs: dict[str, tuple[tuple[int, ...], Any]],
+                action_dim: int, path: Path) -> None:
+    """Refuse a graph whose inputs or ``actions`` output differ from its deploy record.
+
+    Raises:
+        ValueError: Naming the file and both descriptions.
+    """
+    graph = {node.name: (tuple(node.shape[1:]), _ORT_TYPES.get(node.type, node.type))
+             for node in session.get_inputs()}
+    declared = {name: (shape, str(dtype)) for name, (shape, dtype) in inputs.items()}
+    actions = [node.shape for node in session.get_outputs() if node.name == "actions"]
+    if graph != declared or not actions or actions[0][1:] != [action_dim]:
+        raise ValueError(f"{path}: the graph takes {graph} and gives actions "
+                         f"{actions[0][1:] if actions else None}, but its {METADATA_KEY!r} "
+                         f"metadata declares {declared} and action_dim={action_dim}")
 
 
 class ExportedPolicy:
@@ -75,20 +163,27 @@ class ExportedPolicy:
                              "scripts/export_policy.py, so its task and inputs are unknown")
         try:
             self.info: dict[str, Any] = json.loads(record)
-            self.inputs = {entry["name"]: (tuple(entry["shape"]), np.dtype(entry["dtype"]))
-                           for entry in self.info["inputs"]}
-            self.action_dim = int(self.info["action_dim"])
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: its {METADATA_KEY!r} metadata is damaged: "
-                             f"{error!r}") from None
-        if self.info.get("format") != EXPORT_FORMAT:
-            raise ValueError(f"{path} holds an export of format {self.info.get('format')!r}; this "
-                             f"version reads format {EXPORT_FORMAT}")
+        except ValueError as error:
+            raise ValueError(f"{path}: its {METADATA_KEY!r} metadata is not JSON: "
+                             f"{error}") from None
+        if not isinstance(self.info, dict) or self.info.get("format") != EXPORT_FORMAT:
+            found = self.info.get("format") if isinstance(self.info, dict) else self.info
+            raise ValueError(f"{path} holds an export of format {found!r}; this version reads "
+                             f"format {EXPORT_FORMAT}")
+        check_record(self.info, path)
+        self.inputs = {entry["name"]: (tuple(entry["shape"]), np.dtype(entry["dtype"]))
+                       for entry in self.info["inputs"]}
+        self.action_dim = self.info["action_dim"]
+        check_graph(self.session, self.inputs, self.action_dim, path)
         self.path = path
         self.inference_seconds: list[float] = []
         if warm_up:
-            self.session.run(["actions"], {name: np.zeros((1, *shape), dtype)
-                                           for name, (shape, dtype) in self.inputs.items()})
+            try:
+                self.session.run(["actions"], {name: np.zeros((1, *shape), dtype)
+                                               for name, (shape, dtype) in self.inputs.items()})
+            except Exception as error:  # onnxruntime's own pybind error types
+                raise ValueError(f"{path}: the graph fails on zero observations of its declared "
+                                 f"inputs {self.info['inputs']}: {error}") from None
 
     def check_observation_space(self, space: gym.Space, where: str) -> None:
         """Refuse observations the graph was not exported for.

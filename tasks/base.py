@@ -21,7 +21,9 @@ from tasks.rendering import Cameras, camera_views
 from tasks.snapshot import (
     STATE_SPEC,
     Snapshot,
+    check_randomization_signature,
     check_snapshot,
+    check_structure,
     get_physics_state,
     model_signature,
     plain_copy,
@@ -39,9 +41,8 @@ MAX_DELTA = 0.02  # metres of end-effector motion per control step at |action| =
 WORKSPACE_LOW = np.array([-0.3, -0.3, 0.0])
 WORKSPACE_HIGH = np.array([0.3, 0.3, 0.35])
 PROPRIO_DIM = 8
-_BADQPOS = int(mujoco.mjtWarning.mjWARN_BADQPOS)
-_BADQVEL = int(mujoco.mjtWarning.mjWARN_BADQVEL)
-_BADQACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
+_BADQPOS, _BADQVEL, _BADQACC = (int(getattr(mujoco.mjtWarning, f"mjWARN_BAD{q}"))
+                                for q in ("QPOS", "QVEL", "QACC"))
 
 
 class ManipulationEnv(gym.Env):
@@ -160,30 +161,31 @@ class ManipulationEnv(gym.Env):
 
     # ---------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
         options = dict(options or {})
         unknown = sorted(set(options) - set(self.reset_option_keys))
         if unknown:
             raise ValueError(
                 f"unknown reset option(s) {unknown}; allowed: {list(self.reset_option_keys)}"
             )
+        # Every option is checked before anything changes: a refused reset leaves the env as it
+        # was, randomised model arrays included.
         limit = options.get("max_episode_steps")  # this episode's, else the configured one
-        self.max_episode_steps = (self.configured_max_episode_steps if limit is None else
-                                  check_int("reset option max_episode_steps", limit, 1))
+        limit = (self.configured_max_episode_steps if limit is None else
+                 check_int("reset option max_episode_steps", limit, 1))
         if options.get("snapshot") is not None:
-            snapshot = options["snapshot"]
-            if not isinstance(snapshot, Snapshot):
-                raise ValueError(f"options['snapshot'] is a {type(snapshot).__name__}; "
-                                 "expected a tasks.Snapshot from env.unwrapped.snapshot()")
-            self._check_structure(snapshot)
-            self._randomizer.apply(snapshot.randomization)
-            self.restore(snapshot)
+            self._reset_to(options["snapshot"], seed)
+            self.max_episode_steps = limit
             return self._observe(), self._info(self.task.is_success(self))
 
-        self.difficulty, self.levels = resolve_difficulty(
+        difficulty, levels = resolve_difficulty(
             options.get("difficulty"), self.config.difficulty, self.task.name, self.task.levels
         )
         block = self.config.randomization.with_ranges(options.get("randomization"))
+        instruction = options.get("instruction")
+        if instruction is not None:
+            language.tokenize(str(instruction))
+        super().reset(seed=seed)
+        self.max_episode_steps, self.difficulty, self.levels = limit, difficulty, levels
         if block.enabled:
             self._randomizer.apply(self._randomizer.sample(block, self.np_random))
         elif self._randomizer.values:
@@ -201,8 +203,8 @@ class ManipulationEnv(gym.Env):
         # mj_resetData they are stale until the kinematics run.
         mujoco.mj_kinematics(self.model, self.data)
         self.task.reset(self, self.levels)
-        if options.get("instruction") is not None:
-            self.task.state["instruction"] = str(options["instruction"])
+        if instruction is not None:
+            self.task.state["instruction"] = str(instruction)
         self._set_instruction(self.task.state["instruction"])
         mujoco.mj_forward(self.model, self.data)
         self._needs_reset = False
@@ -271,56 +273,59 @@ class ManipulationEnv(gym.Env):
         task_state.update(steps=self.steps, difficulty=self.difficulty, levels=dict(self.levels),
                           gripper_cmd=self._gripper_cmd)
         return Snapshot(
-            task=self.task.name,
-            model_signature=self.model_signature,
+            task=self.task.name, model_signature=self.model_signature,
             randomization_signature=self.randomization_signature(),
-            physics=get_physics_state(self.model, self.data),
-            task_state=task_state,
+            physics=get_physics_state(self.model, self.data), task_state=task_state,
             rng_state=plain_copy(self.np_random.bit_generator.state),
-            randomization={key: np.array(v) for key, v in self._randomizer.values.items()},
-        )
+            randomization={key: np.array(v) for key, v in self._randomizer.values.items()})
 
     def restore(self, snapshot: Snapshot) -> None:
         """Put the environment back exactly at ``snapshot``.
 
-        Every field is checked before anything is written, so a bad snapshot leaves the
+        Every field is checked before anything is written (:func:`tasks.snapshot.check_snapshot`
+        and the task's :meth:`~tasks.task.Task.check_state`), so a bad snapshot leaves the
         environment as it was.
 
         Raises:
             TypeError: Not a :class:`Snapshot`.
-            ValueError: A malformed field (named), or a snapshot of another task, another model
-                structure, or a model randomised differently from this one (both signatures are
-                named).
+            ValueError: A malformed field (named), or a snapshot of another task, model
+                structure or randomisation than this env's (both signatures named).
         """
+        check_structure(snapshot, self.model_signature, self.task.name)
+        tokens = check_snapshot(snapshot, self._state_size, self.task.check_state)
+        check_randomization_signature(snapshot, self.randomization_signature())
+        self._write(snapshot, tokens)
+
+    def _reset_to(self, snapshot: Any, seed: int | None) -> None:
+        """``reset(options={"snapshot": ...})``: re-apply the snapshot's randomised parameters
+        (checked first), then restore it; a refused snapshot leaves the previous ones."""
         if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"restore() takes a tasks.Snapshot (from env.snapshot()), got a "
-                            f"{type(snapshot).__name__}")
-        self._check_structure(snapshot)
-        check_snapshot(snapshot, self._state_size)
-        current = self.randomization_signature()
-        if snapshot.randomization_signature != current:
-            raise ValueError(
-                f"snapshot was taken with randomisation {snapshot.randomization_signature}, this "
-                f"env's model has {current}; use env.reset(options={{'snapshot': s}}) to re-apply "
-                "the snapshot's randomisation"
-            )
+            raise ValueError(f"options['snapshot'] is a {type(snapshot).__name__}; "
+                             "expected a tasks.Snapshot from env.unwrapped.snapshot()")
+        check_structure(snapshot, self.model_signature, self.task.name)
+        tokens = check_snapshot(snapshot, self._state_size, self.task.check_state)
+        if snapshot.randomization is not self._randomizer.values:  # else checked and applied
+            self._randomizer.check(snapshot.randomization)
+        previous = self._randomizer.values
+        self._randomizer.apply(snapshot.randomization)
+        try:  # values that do not give the signature they were recorded with
+            check_randomization_signature(snapshot, self.randomization_signature())
+        except ValueError:
+            self._randomizer.apply(previous)
+            raise
+        super().reset(seed=seed)
+        self._write(snapshot, tokens)
+
+    def _write(self, snapshot: Snapshot, tokens: np.ndarray) -> None:
+        """Restore a checked snapshot; ``tokens``: its instruction's."""
         set_physics_state(self.model, self.data, snapshot.physics)
         state = dict(snapshot.task_state)
-        self.steps = int(state.pop("steps"))
-        self.difficulty = float(state.pop("difficulty"))
-        self.levels = dict(state.pop("levels"))
-        self._gripper_cmd = float(state.pop("gripper_cmd"))
+        self.steps, self.difficulty = int(state.pop("steps")), float(state.pop("difficulty"))
+        self.levels, self._gripper_cmd = dict(state.pop("levels")), float(state.pop("gripper_cmd"))
         self.task.state = {key: plain_copy(value) for key, value in state.items()}
-        self._set_instruction(self.task.state["instruction"])
+        self.instruction, self._tokens = self.task.state["instruction"], tokens
         self.np_random.bit_generator.state = plain_copy(snapshot.rng_state)
         self._needs_reset = False
-
-    def _check_structure(self, snapshot: Snapshot) -> None:
-        if snapshot.model_signature != self.model_signature:
-            raise ValueError(
-                f"snapshot of model {snapshot.model_signature} (task {snapshot.task!r}) cannot be "
-                f"restored into model {self.model_signature} (task {self.task.name!r})"
-            )
 
     # ---------------------------------------------------------------------------- helpers
     def _set_fingers(self, command: float) -> None:
@@ -395,12 +400,8 @@ class ManipulationEnv(gym.Env):
                                     self.config.render_quality)
 
     def _info(self, success: bool) -> dict[str, Any]:
-        return {
-            "is_success": bool(success),
-            "difficulty": self.difficulty,
-            "instruction": self.instruction,
-            "steps": self.steps,
-        }
+        return {"is_success": bool(success), "difficulty": self.difficulty,
+                "instruction": self.instruction, "steps": self.steps}
 
     def _unstable_count(self) -> int:
         number = self.data.warning.number

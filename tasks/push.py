@@ -62,6 +62,16 @@ class Push(Task):
     reward_weights = {"reach": 0.5, "push": 2.0, "success": 1.0}
     max_episode_steps = 100
     state_dim = 22
+    state_keys = ("goal", "target")
+
+    def check_state(self, state: dict) -> list[str]:
+        """The goal (:meth:`Task.check_state`) and ``target``, the index of a cube."""
+        bad = super().check_state(state)
+        target = state.get("target")
+        if "target" not in bad and (isinstance(target, bool) or not isinstance(
+                target, (int, np.integer)) or not 0 <= target < len(CUBES)):
+            bad.append("target")
+        return bad
 
     def build(self, spec) -> None:
         for i, colour in enumerate(CUBES):

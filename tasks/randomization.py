@@ -33,6 +33,16 @@ MAX_LIGHTS = 8
 _LEGACY_ARRAYS = ("geom_friction", "body_mass", "dof_damping", "light_diffuse", "geom_rgba",
                   "cam_pos")
 _RGB = int(mujoco.mjtTextureRole.mjTEXROLE_RGB)
+# What a value of each parameter may be (DomainRandomizer.check): the nominal ones scaled by a
+# positive factor unless named here.
+_SCALED = "the nominal values' signs, scaled by a positive factor"
+_RULES = {"geom_rgba": "colours in [0, 1]", "light_active": "0 or 1 per light",
+          "mat_texid": "texture ids in [-1, ntex)", "cam_quat": "quaternions",
+          "light_dir": "directions", "cam_pos": "positions", "mat_texrepeat": "tiling scales >= 0",
+          "geom_size": f"{_SCALED}, at most {RANGE_MAX['object_size']} times",
+          "cam_fovy": f"{_SCALED}, at most {RANGE_MAX['fovy']} times, under 180 degrees"}
+_MAX_SCALE = {"geom_size": RANGE_MAX["object_size"], "geom_rbound": RANGE_MAX["object_size"],
+              "geom_aabb": RANGE_MAX["object_size"], "cam_fovy": RANGE_MAX["fovy"]}
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,9 @@ class DomainRandomizer:
                           .startswith("random_")]
         self.nominal = self._arrays()
         self.values: dict[str, Any] = {}  # the values applied now; empty: nominal
+        self._signature: str | None = None  # of the arrays as apply() left them
+        self._limits = self._limits_of()
+        self._bounds: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}  # by keys
 
     def _arrays(self) -> dict[str, np.ndarray]:
         m = self.model
@@ -213,10 +226,19 @@ class DomainRandomizer:
 
     def signature(self) -> str:
         """Hash of the model parameters that domain randomisation changes (the arrays added
-        for sim-to-real work count only when they differ from nominal)."""
+        for sim-to-real work count only when they differ from nominal). Computed once per
+        :meth:`apply`, the only writer of those arrays: every restore compares it."""
+        if self._signature is None:
+            self._signature = self._digest()
+        return self._signature
+
+    def _digest(self) -> str:
         digest = hashlib.sha1()
-        for key, array in self._arrays().items():
-            if key not in _LEGACY_ARRAYS and np.array_equal(array, self.nominal[key]):
+        for key, nominal in self.nominal.items():
+            array = getattr(self.model, key)
+            # An array apply() did not write is nominal (it wrote it back), so is not compared.
+            if key not in _LEGACY_ARRAYS and (key not in self.values
+                                              or np.array_equal(array, nominal)):
                 continue
             digest.update(key.encode())
             digest.update(np.ascontiguousarray(array).tobytes())
@@ -296,10 +318,80 @@ class DomainRandomizer:
                 values["mat_texrepeat"][mat] = rng.uniform(1.0, 4.0, 2)
 
     def apply(self, values: dict[str, Any]) -> None:
-        """Write ``values`` into the model; parameters they omit (all, for ``{}``) go nominal."""
+        """Write ``values`` into the model; parameters they omit (all, for ``{}``) go nominal.
+        Values from outside (a snapshot) go through :meth:`check` first.
+
+        The very dict applied last (a group's attempts all restore one snapshot) is in the
+        model already, and is not written again."""
+        if values is self.values:
+            return
         for key, nominal in self.nominal.items():
             getattr(self.model, key)[:] = values.get(key, nominal)
         self.values = values
+        self._signature = None
+
+    def check(self, values: Any) -> None:
+        """Refuse parameter values that could not come from :meth:`sample` for this model,
+        before any is written: whatever a file's digest says, a forged snapshot must not put
+        NaN masses or a texture id past the model's textures into the simulator. One
+        comparison against bounds made once per set of keys keeps a restore fast.
+
+        Raises:
+            ValueError: Naming the parameter, its shape and the rule it breaks.
+        """
+        if not isinstance(values, dict):
+            raise ValueError(f"snapshot.randomization is a {type(values).__name__}; expected a "
+                             "dict of model arrays")
+        keys = tuple(values)
+        if not keys:
+            return  # every parameter nominal
+        for key in keys:
+            value, nominal = values[key], self.nominal.get(key)
+            if nominal is None or not isinstance(value, np.ndarray) \
+                    or value.shape != nominal.shape or value.dtype.kind not in "biuf":
+                self._refuse(key, value)
+        if keys not in self._bounds:
+            self._bounds[keys] = tuple(np.concatenate([bound[key].ravel() for key in keys])
+                                       for bound in self._limits)
+        low, high = self._bounds[keys]
+        flat = np.concatenate([values[key].ravel() for key in keys])
+        inside = (flat >= low) & (flat <= high)  # NaN is in no range
+        if not inside.all():
+            edges = np.cumsum([values[key].size for key in keys])
+            self._refuse(keys[int(np.searchsorted(edges, np.argmin(inside), "right"))], None)
+        for key in ("mat_texid", "light_active"):
+            if key in values and values[key].dtype.kind == "f" \
+                    and not np.array_equal(values[key], np.round(values[key])):
+                self._refuse(key, values[key])
+
+    def _refuse(self, key: str, value: Any) -> None:
+        nominal = self.nominal.get(key)
+        if nominal is None:
+            raise ValueError(f"snapshot.randomization[{key!r}] is not a randomised parameter; "
+                             f"expected keys of {sorted(self.nominal)}")
+        found = "values out of range" if value is None else (
+            f"shape {np.shape(value)}, dtype {getattr(value, 'dtype', type(value).__name__)}")
+        raise ValueError(f"snapshot.randomization[{key!r}] has {found}; expected a finite array "
+                         f"of shape {nominal.shape} with {_RULES.get(key, _SCALED)}")
+
+    def _limits_of(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Elementwise ``(low, high)`` of what :meth:`sample` can draw (``_RULES``)."""
+        big, tiny = np.finfo(np.float64).max, np.finfo(np.float64).tiny
+        fixed = {"geom_rgba": (0, 1), "light_active": (0, 1), "cam_pos": (-big, big),
+                 "mat_texid": (-1, self.model.ntex - 1), "cam_quat": (-big, big),
+                 "light_dir": (-big, big), "mat_texrepeat": (0, big)}
+        low, high = {}, {}
+        for key, nominal in self.nominal.items():
+            if key in fixed:
+                low[key], high[key] = (np.full(nominal.shape, bound, np.float64)
+                                       for bound in fixed[key])
+                continue
+            top = _MAX_SCALE[key] * np.abs(nominal) * (1 + 1e-9) if key in _MAX_SCALE else big
+            if key == "cam_fovy":
+                top = np.minimum(top, np.nextafter(180.0, 0.0))
+            low[key] = np.where(nominal > 0, tiny, np.where(nominal < 0, -top, 0.0))
+            high[key] = np.where(nominal > 0, top, np.where(nominal < 0, -tiny, 0.0))
+        return low, high
 
 
 def _name(model: mujoco.MjModel, kind: mujoco.mjtObj, index: int) -> str:

@@ -21,12 +21,15 @@ import json
 import math
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mujoco
 import numpy as np
+
+from tasks.language import tokenize
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
@@ -108,12 +111,20 @@ def plain_copy(value: Any) -> Any:
 TASK_STATE_KEYS = ("steps", "difficulty", "levels", "gripper_cmd", "instruction")
 
 
-def check_snapshot(snapshot: Any, state_size: int) -> None:
-    """Check every field of ``snapshot`` that a restore writes, before it writes any.
+def check_snapshot(snapshot: Any, state_size: int,
+                   check_task_state: Callable[[dict[str, Any]], list[str]] | None = None,
+                   ) -> np.ndarray:
+    """Check every field of ``snapshot`` that a restore writes, before it writes any: whatever
+    a file's digest says (it has no key), a forged snapshot must not reach the simulator.
 
     Args:
         snapshot: What was passed to ``restore``.
         state_size: ``mj_stateSize`` of the model it is restored into.
+        check_task_state: The task's check of its own fields (``Task.check_state``): the names
+            of those missing or malformed.
+
+    Returns:
+        The instruction's token ids, so that the restore need not tokenize it again.
 
     Raises:
         TypeError: Not a :class:`Snapshot`.
@@ -137,17 +148,51 @@ def check_snapshot(snapshot: Any, state_size: int) -> None:
         "difficulty": _finite(state["difficulty"]) and 0.0 <= state["difficulty"] <= 1.0,
         "levels": isinstance(state["levels"], dict)
         and all(_finite(v) and 0.0 <= v <= 1.0 for v in state["levels"].values()),
-        "gripper_cmd": _finite(state["gripper_cmd"]),
+        "gripper_cmd": _finite(state["gripper_cmd"]) and -1.0 <= state["gripper_cmd"] <= 1.0,
         "instruction": isinstance(state["instruction"], str),
     }
     bad = [key for key, ok in checks.items() if not ok]
+    bad += check_task_state(state) if check_task_state is not None else []
     if bad:
-        raise ValueError(f"snapshot.task_state has malformed {bad}: "
-                         f"{ {key: state[key] for key in bad} }")
+        raise ValueError(f"snapshot.task_state has missing or malformed {bad}: "
+                         f"{ {key: state.get(key) for key in bad} }")
+    try:
+        tokens = tokenize(state["instruction"])
+    except ValueError as error:
+        raise ValueError(f"snapshot.task_state['instruction']: {error}") from None
     rng = snapshot.rng_state
     if not isinstance(rng, dict) or not isinstance(rng.get("bit_generator"), str) \
             or "state" not in rng:
         raise ValueError(f"snapshot.rng_state is not a numpy bit-generator state: {rng!r}")
+    return tokens
+
+
+def check_structure(snapshot: Any, signature: str, task: str) -> None:
+    """Refuse anything but a :class:`Snapshot` of a model of ``signature`` (task ``task``).
+
+    Raises:
+        TypeError: Not a :class:`Snapshot`.
+        ValueError: Naming both models' signatures and tasks.
+    """
+    if not isinstance(snapshot, Snapshot):
+        raise TypeError(f"restore() takes a tasks.Snapshot (from env.snapshot()), got a "
+                        f"{type(snapshot).__name__}")
+    if snapshot.model_signature != signature:
+        raise ValueError(f"snapshot of model {snapshot.model_signature} (task {snapshot.task!r}) "
+                         f"cannot be restored into model {signature} (task {task!r})")
+
+
+def check_randomization_signature(snapshot: Snapshot, current: str) -> None:
+    """Refuse a snapshot taken under other randomised parameters than ``current``'s.
+
+    Raises:
+        ValueError: Naming both signatures.
+    """
+    if snapshot.randomization_signature != current:
+        raise ValueError(
+            f"snapshot was taken with randomisation {snapshot.randomization_signature}, this "
+            f"env's model has {current}; use env.reset(options={{'snapshot': s}}) to re-apply "
+            "the snapshot's randomisation")
 
 
 def _finite(value: Any) -> bool:
@@ -156,6 +201,9 @@ def _finite(value: Any) -> bool:
 
 
 SNAPSHOT_FILE_FORMAT = 1
+# Unpacked content of one snapshot file: a few kilobytes in practice (physics state, goal,
+# randomised model arrays), so 16 MiB refuses only what is not a snapshot.
+MAX_SNAPSHOT_BYTES = 16 * 2**20
 
 
 def snapshot_to_bytes(snapshot: Snapshot) -> bytes:
@@ -171,28 +219,42 @@ def snapshot_to_bytes(snapshot: Snapshot) -> bytes:
 
 
 def snapshot_from_bytes(data: bytes, source: str = "snapshot bytes") -> Snapshot:
-    """Read bytes of :func:`snapshot_to_bytes` (no pickle), checking their SHA-256.
+    """Read bytes of :func:`snapshot_to_bytes` (no pickle), checking their SHA-256 and shape.
+
+    Every archive member's size is checked before it is decompressed (:func:`_read_arrays`), and
+    the record's fields by type; the values are checked by the restore (:func:`check_snapshot`).
 
     Args:
         data: The bytes.
         source: What they came from, for error messages (a file, a demo step...).
 
     Raises:
-        ValueError: Not such bytes, another format, or content that does not match its digest.
+        ValueError: Not such bytes, another format, content that does not match its digest, or
+            a member or field of the wrong size or type (named).
     """
     try:
-        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as loaded:
-            arrays = {key: loaded[key] for key in loaded.files}
+        arrays = _read_arrays(bytes(data), source)
         record = json.loads(arrays.pop("record").tobytes().decode())
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, KeyError, EOFError, NotImplementedError,
+            zipfile.BadZipFile) as error:
         raise ValueError(f"{source} is not a snapshot file of tasks.save_snapshot: "
                          f"{error}") from None
-    if record.get("format") != SNAPSHOT_FILE_FORMAT:
-        raise ValueError(f"{source}: snapshot file format {record.get('format')!r}; expected "
+    if not isinstance(record, dict) or record.get("format") != SNAPSHOT_FILE_FORMAT:
+        found = record.get("format") if isinstance(record, dict) else record
+        raise ValueError(f"{source}: snapshot file format {found!r}; expected "
                          f"{SNAPSHOT_FILE_FORMAT}")
     recorded = record.pop("sha256", None)
     if recorded != _digest(arrays, record):
         raise ValueError(f"{source}: its content does not match its SHA-256 (changed or damaged)")
+    types = {"task": str, "model_signature": str, "randomization_signature": str,
+             "task_state": dict, "rng_state": dict}
+    bad = [key for key, kind in types.items() if not isinstance(record.get(key), kind)]
+    physics = arrays.get("physics")
+    if physics is None or physics.dtype != np.float64 or physics.ndim != 1:
+        bad.append("physics")
+    if bad:
+        raise ValueError(f"{source}: snapshot field(s) {bad} missing or of the wrong type; "
+                         f"expected {types} and physics a float64 vector")
     task_state = {**record["task_state"],
                   **{key[len("task_state."):]: value for key, value in arrays.items()
                      if key.startswith("task_state.")}}
@@ -200,8 +262,45 @@ def snapshot_from_bytes(data: bytes, source: str = "snapshot bytes") -> Snapshot
                      if key.startswith("randomization.")}
     return Snapshot(task=record["task"], model_signature=record["model_signature"],
                     randomization_signature=record["randomization_signature"],
-                    physics=arrays["physics"].tobytes(), task_state=task_state,
+                    physics=physics.tobytes(), task_state=task_state,
                     rng_state=record["rng_state"], randomization=randomization)
+
+
+def _read_arrays(data: bytes, source: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` without pickle, sizes checked before anything is unpacked.
+
+    The zip directory's sizes are checked against :data:`MAX_SNAPSHOT_BYTES` (``zipfile``
+    unpacks no more than a member declares), then each ``.npy`` header's shape against its
+    member's size, so a small file cannot make this allocate more than the limit.
+
+    Raises:
+        ValueError: A member too large, not ``.npy``, or whose header disagrees with its size.
+    """
+    arrays = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        total = sum(member.file_size for member in members)
+        if total > MAX_SNAPSHOT_BYTES:
+            largest = max(members, key=lambda member: member.file_size)
+            raise ValueError(f"{source}: its members unpack to {total} bytes (the largest, "
+                             f"{largest.filename!r}, {largest.file_size}); a snapshot file holds "
+                             f"at most {MAX_SNAPSHOT_BYTES}")
+        for member in members:
+            payload = archive.read(member)
+            buffer = io.BytesIO(payload)
+            version = np.lib.format.read_magic(buffer)
+            if not member.filename.endswith(".npy") or version not in ((1, 0), (2, 0)):
+                raise ValueError(f"member {member.filename!r} is not an .npy array")
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(buffer)
+            count = math.prod(shape)
+            if dtype.hasobject or count * dtype.itemsize != len(payload) - buffer.tell():
+                raise ValueError(f"member {member.filename!r} declares {shape} {dtype} in "
+                                 f"{len(payload) - buffer.tell()} bytes of data")
+            array = np.frombuffer(payload, dtype, count, offset=buffer.tell()).copy()
+            arrays[member.filename[:-4]] = array.reshape(shape, order="F" if fortran else "C")
+    return arrays
 
 
 def save_snapshot(path: str | os.PathLike, snapshot: Snapshot) -> None:
@@ -220,6 +319,10 @@ def load_snapshot(path: str | os.PathLike) -> Snapshot:
         ValueError: Not such a file, another format, or content that does not match its digest.
     """
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_SNAPSHOT_BYTES:
+            raise OSError(f"it has {size} bytes; a snapshot file holds at most "
+                          f"{MAX_SNAPSHOT_BYTES}")
         data = Path(path).read_bytes()
     except OSError as error:
         raise ValueError(f"{path} is not a snapshot file of tasks.save_snapshot: {error}") from None

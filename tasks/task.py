@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Protocol
 import mujoco
 import numpy as np
 
+GOAL_BOUND = 1.0  # metres per axis from the table's centre: every goal lies over the table
+
 
 def distance(a: np.ndarray, b: np.ndarray) -> float:
     """Euclidean distance of two small vectors (far cheaper than ``np.linalg.norm`` here)."""
@@ -74,6 +76,8 @@ class Task:
     # Raised when a fix changes what a reset draws (cached demos of an older version are not
     # reused: harness.start_policy.demo_file).
     version: ClassVar[int] = 1
+    # The task's own fields of ``self.state`` besides the instruction, which a snapshot carries.
+    state_keys: ClassVar[tuple[str, ...]] = ("goal",)
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}
@@ -88,6 +92,18 @@ class Task:
     def reset(self, env: TaskEnv, levels: dict[str, float]) -> None:
         """Place objects and goal with ``env.np_random``; fill ``self.state`` (with instruction)."""
         raise NotImplementedError
+
+    def check_state(self, state: dict[str, Any]) -> list[str]:
+        """The task's own fields of a snapshot's task state that are missing or malformed, for
+        the restore's error; by default ``goal``, a finite point within :data:`GOAL_BOUND`
+        metres of the table's centre per axis."""
+        bad = [key for key in self.state_keys if key not in state]
+        if "goal" in self.state_keys and "goal" not in bad:
+            goal = state["goal"]
+            if not (isinstance(goal, np.ndarray) and goal.shape == (3,) and goal.dtype.kind == "f"
+                    and bool((np.abs(goal) <= GOAL_BOUND).all())):
+                bad.append("goal")
+        return bad
 
     def observe(self, env: TaskEnv) -> np.ndarray:
         """The task part of the state vector (object poses, goal, relative vectors)."""

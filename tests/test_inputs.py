@@ -4,6 +4,8 @@ snapshot files and training options)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pickle
 
 import numpy as np
@@ -131,6 +133,131 @@ def test_a_pickled_file_is_not_a_snapshot_file(tmp_path):
         tasks.load_snapshot(tmp_path / "s.npz")
 
 
+RANDOMISED = {"enabled": True, "textures": True}
+
+
+def _forged(snapshot, randomization=None, physics=None, **task_state):
+    """``snapshot`` with fields replaced and its randomisation signature recomputed, as whoever
+    crafts a file can (the file's SHA-256 is recomputed by ``save_snapshot``)."""
+    values = {**snapshot.randomization, **(randomization or {})}
+    scratch = tasks.make("push", randomization=RANDOMISED).unwrapped._randomizer
+    scratch.apply(values)
+    return dataclasses.replace(snapshot, randomization=values, randomization_signature=(
+        scratch.signature()), physics=physics or snapshot.physics,
+        task_state={**snapshot.task_state, **task_state})
+
+
+def _with(snapshot, key, index, value):
+    array = snapshot.randomization[key].copy()
+    array[index] = value
+    return {key: array}
+
+
+@pytest.mark.parametrize(("forge", "match"), [
+    (lambda s: _forged(s, _with(s, "body_mass", 5, np.nan)), "body_mass"),
+    (lambda s: _forged(s, _with(s, "body_mass", 5, -1.0)), "body_mass"),
+    (lambda s: _forged(s, _with(s, "geom_friction", 3, np.inf)), "geom_friction"),
+    (lambda s: _forged(s, {"mat_texid": np.full_like(s.randomization["mat_texid"], 10**6)}),
+     "mat_texid"),
+    (lambda s: _forged(s, {"body_inertia": np.zeros(3)}), "body_inertia"),
+    (lambda s: _forged(s, goal=np.array([np.nan, 0.0, 0.02])), "goal"),
+    (lambda s: _forged(s, goal=np.array([50.0, 0.0, 0.02])), "goal"),
+    (lambda s: _forged(s, target=9), "target"),
+    (lambda s: _forged(s, instruction="hack the robot"), "instruction"),
+    (lambda s: _forged(s, gripper_cmd=5.0), "gripper_cmd"),
+    (lambda s: _forged(s, physics=np.full(len(s.physics) // 8, np.nan).tobytes()), "physics"),
+])
+def test_a_forged_snapshot_file_is_refused_and_leaves_the_randomised_env_as_it_was(
+        tmp_path, forge, match):
+    """A digest without a key proves nothing: every restored field is checked for finiteness
+    and range, and a refused ``reset(options={"snapshot": ...})`` leaves the model's randomised
+    parameters, the physics and the task as they were."""
+    env = tasks.make("push", randomization=RANDOMISED)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    tasks.save_snapshot(tmp_path / "s.npz", forge(env.unwrapped.snapshot()))
+    env.reset(seed=1)
+    model, before = env.unwrapped.model, env.unwrapped.snapshot()
+    masses, textures = model.body_mass.copy(), model.mat_texid.copy()
+    with pytest.raises(ValueError, match=match):
+        env.reset(options={"snapshot": tasks.load_snapshot(tmp_path / "s.npz")})
+    after = env.unwrapped.snapshot()
+    assert np.array_equal(model.body_mass, masses) and np.array_equal(model.mat_texid, textures)
+    assert after.randomization_signature == before.randomization_signature
+    assert after.physics == before.physics and after.task_state["steps"] == 0
+    assert np.array_equal(after.task_state["goal"], before.task_state["goal"])
+
+
+def test_a_refused_reset_option_leaves_the_env_as_it_was():
+    env = tasks.make("push", randomization=RANDOMISED)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    before, masses = env.unwrapped.snapshot(), env.unwrapped.model.body_mass.copy()
+    with pytest.raises(ValueError, match="hack"):
+        env.reset(seed=3, options={"instruction": "hack the robot"})
+    after = env.unwrapped.snapshot()
+    assert after.physics == before.physics and after.task_state["steps"] == 1
+    assert np.array_equal(env.unwrapped.model.body_mass, masses)
+
+
+def _zip(path, members):
+    """An .npz of ``members``: name -> (npy header dict, payload bytes or a count of zeros)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, (header, payload) in members.items():
+            with archive.open(name, "w", force_zip64=True) as stream:
+                np.lib.format.write_array_header_1_0(stream, header)
+                if isinstance(payload, bytes):
+                    stream.write(payload)
+                else:
+                    for _ in range(payload // 2**20):
+                        stream.write(bytes(2**20))
+    return path
+
+
+def _resealed(path, edit):
+    """A good snapshot file whose arrays and record ``edit`` changes, its digest recomputed."""
+    from tasks import snapshot as snapshots
+
+    env = tasks.make("reach")
+    env.reset(seed=0)
+    arrays, record = snapshots._to_plain(env.unwrapped.snapshot())
+    edit(arrays, record)
+    record["sha256"] = snapshots._digest(arrays, record)
+    arrays["record"] = np.frombuffer(json.dumps(record).encode(), np.uint8)
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda p: _zip(p, {"physics.npy": ({"descr": "<f8", "fortran_order": False,
+                                          "shape": (2**23,)}, 2**26)}),
+     r"'physics.npy', 67108992\); a snapshot file holds at most"),
+    (lambda p: _zip(p, {"physics.npy": ({"descr": "<f8", "fortran_order": False,
+                                          "shape": (200000, 200000)}, bytes(64))}),
+     r"declares \(200000, 200000\)"),
+    (lambda p: _resealed(p, lambda arrays, record: record.pop("task")), r"\['task'\]"),
+    (lambda p: _resealed(p, lambda arrays, record: arrays.update(
+        physics=arrays["physics"].view(np.int64))), r"\['physics'\]"),
+])
+def test_a_crafted_snapshot_archive_is_refused_by_name_before_it_costs_memory(tmp_path, make,
+                                                                            match):
+    import tracemalloc
+
+    path = make(tmp_path / "crafted.npz")
+    assert path.stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match) as error:
+            tasks.load_snapshot(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "crafted.npz" in str(error.value)
+    assert peak < 4 * 2**20  # bytes; a 64 MiB member is never unpacked
+
+
 @pytest.mark.parametrize(("override", "match"), [
     ("seed=-1", "seed=-1"),
     ("eval.seed=-5", "eval.seed=-5"),
@@ -223,3 +350,65 @@ def test_detector_outputs_stay_inside_their_folder(tmp_path):
         contained_path(tmp_path, "push_x/../../escaped.pt")
     with pytest.raises(ValueError, match="outside the output folder"):
         contained_path(tmp_path, "/etc/escaped.pt")
+
+
+# ------------------------------------------------------------------ deployment metadata
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """An exported MLP token policy for reach (random weights): model bytes and its record."""
+    import torch
+
+    from harness.export import export_onnx
+    from harness.policies import TokenPolicyConfig
+    from harness.policies import make as make_policy
+
+    torch.manual_seed(0)
+    env = tasks.make("reach")
+    policy = make_policy(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    return export_onnx(policy, {"task": "reach", "task_options": {"max_episode_steps": 10}})
+
+
+def _edited(record, path, value):
+    """``record`` with the field at dotted ``path`` set to ``value`` (removed for ``...``)."""
+    record = json.loads(json.dumps(record))
+    *parents, last = path.split(".")
+    target = record
+    for key in parents:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    if value is ...:
+        del target[last]
+    else:
+        target[last] = value
+    return record
+
+
+@pytest.mark.parametrize(("path", "value", "match"), [
+    ("inputs.0.shape", [9], "the graph takes"),
+    ("inputs.0.shape", [200000, 200000], r"inputs\[0\].shape=\[200000, 200000\]"),
+    ("inputs.0.dtype", "object", r"inputs\[0\].dtype='object'"),
+    ("inputs.0.name", "secrets", r"inputs\[0\].name='secrets'"),
+    ("task", ..., "task=None"),
+    ("task", "nope", "task='nope'"),
+    ("policy", ..., "policy=None"),
+    ("task_options.max_episode_steps", 10**12, "max_episode_steps=1000000000000"),
+    ("task_options.max_episode_steps", 1e12, "max_episode_steps=1000000000000.0"),
+    ("action_dim", "four", "action_dim='four'"),
+    ("action_dim", 5, "action_dim=5"),
+    ("evaluation", {"difficulties": [2.0]}, r"evaluation.difficulties=\[2.0\]"),
+])
+def test_a_crafted_deploy_record_is_refused_by_field_before_anything_runs(exported, tmp_path,
+                                                                           path, value, match):
+    """Wrong shapes, dtypes, missing task or policy, huge shapes and endless episodes end in
+    one ValueError naming the file and the field, not in onnxruntime, KeyError or MemoryError
+    tracebacks, and not in a deployment that runs for hours."""
+    import onnx
+
+    from harness.deploy import METADATA_KEY, ExportedPolicy
+
+    model = onnx.load_from_string(exported[0])
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(
+        _edited(exported[1], path, value))})
+    onnx.save(model, tmp_path / "crafted.onnx")
+    with pytest.raises(ValueError, match=match) as error:
+        ExportedPolicy(tmp_path / "crafted.onnx")
+    assert "crafted.onnx" in str(error.value)

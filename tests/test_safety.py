@@ -19,7 +19,7 @@ import torch
 
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
-from harness.config import compose
+from harness.config import ConfigError, compose
 from harness.runs import CheckpointError
 from harness_common.files import sha256_of
 
@@ -132,3 +132,75 @@ def test_sb3_saves_its_last_checkpoint_before_the_final_evaluation(tmp_path, mon
         trainers.train(compose([*SB3, "total_timesteps=128"]), tmp_path / "ppo")
     latest = json.loads((tmp_path / "ppo" / "checkpoints" / "latest.json").read_text())
     assert latest["num_timesteps"] == 128
+
+
+# ------------------------------------------------------------------- model folders (hf_vla)
+HF_PIXELS = ["task=reach", "task.obs_mode=pixels", "task.image_size=32", "policy=hf_vla",
+             "algo=grpo", "policy.num_bins=8"]
+EVIL_CODE = "import pathlib\npathlib.Path({marker!r}).touch()\n"
+
+
+@pytest.fixture(scope="module")
+def saved_policy(tmp_path_factory):
+    """A LoRA ``hf_vla`` policy saved as ``save_pretrained`` writes it (8 bins), which loads."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from harness.policies import TokenPolicyConfig, build_policy
+
+    config = TokenPolicyConfig(kind="hf_vla", model="tiny:idefics3", num_bins=8, lora_rank=2,
+                               lora_targets=("all-linear",))
+    folder = tmp_path_factory.mktemp("hf") / "policy"
+    build_policy(config, {"pixels": (32, 32, 3), "proprio": (8,), "instruction": (12,)}
+                 ).save_pretrained(folder)
+    compose([*HF_PIXELS, f"policy.model={folder}"])  # the untouched folder is accepted
+    return folder
+
+
+def _edit_json(path: Path, **fields) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def _name_code(folder: Path, marker: Path, file: str, **fields) -> None:
+    """Point ``file`` at ``evil.py``, which creates ``marker`` when imported."""
+    (folder / "evil.py").write_text(EVIL_CODE.format(marker=str(marker)))
+    _edit_json(folder / file, **fields)
+
+
+def _plant_pickle(folder: Path, marker: Path, name: str) -> None:
+    """Swap the safetensors weights of ``name`` (a .bin path) for a pickle that runs code."""
+    (folder / name).with_name(Path(name).stem.replace("pytorch_model", "model")
+                              + ".safetensors").unlink()
+    torch.save({"weights": Touch(marker)}, folder / name)
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda f, m: _name_code(f, m, "config.json", model_type="evil",
+                             auto_map={"AutoConfig": "evil.EvilConfig"}),
+     ["config.json", "auto_map", "never runs code"]),
+    (lambda f, m: _name_code(f, m, "tokenizer_config.json",
+                             auto_map={"AutoTokenizer": ["evil.EvilTokenizer", None]}),
+     ["tokenizer_config.json", "auto_map"]),
+    (lambda f, m: _plant_pickle(f, m, "pytorch_model.bin"), ["pytorch_model.bin", "safetensors"]),
+    (lambda f, m: _plant_pickle(f, m, "adapter/adapter_model.bin"),
+     ["adapter_model.bin", "safetensors"]),
+    (lambda f, m: (f / "hf_vla.json").write_text('{"config": {}}'),
+     ["hf_vla.json", "config.num_bins"]),
+    (lambda f, m: (f / "hf_vla.json").write_text("{not json"), ["hf_vla.json", "not readable"]),
+    (lambda f, m: _edit_json(f / "adapter" / "adapter_config.json", peft_type="PROMPT_TUNING"),
+     ["adapter_config.json", "peft_type='PROMPT_TUNING'"]),
+])
+def test_a_crafted_model_folder_is_refused_at_config_and_runs_nothing(
+        saved_policy, tmp_path, monkeypatch, edit, named):
+    """Even a user who answers "y" to transformers' "run the custom code?" prompt runs nothing:
+    the folder is refused by name when the config is composed, before any run folder."""
+    import shutil
+
+    monkeypatch.setattr("builtins.input", lambda *args: "y")
+    folder, marker = tmp_path / "model", tmp_path / "pwned"
+    shutil.copytree(saved_policy, folder)
+    edit(folder, marker)
+    with pytest.raises(ConfigError) as error:
+        compose([*HF_PIXELS, f"policy.model={folder}"])
+    for word in named:
+        assert word in str(error.value)
+    assert not marker.exists()

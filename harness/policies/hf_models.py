@@ -3,7 +3,8 @@
 ``policy.model`` is one of :data:`harness.policies.hf_tiny.NAMES` or a local directory holding
 a saved ``transformers`` model *and* its processor (``save_pretrained`` of both, as a downloaded
 checkpoint has them). Nothing is ever fetched from a model hub: folders are read with
-``local_files_only=True``.
+``local_files_only=True``, and never run code: ``trust_remote_code=False`` on every call, weights
+from safetensors only, and the whole folder checked first (:mod:`harness.policies.hf_folder`).
 
 Action tokens follow OpenVLA: bin ``k`` of ``K`` is the ``k``-th of the ``K`` highest ids of the
 vocabulary that the tokenizer does not reserve (special or added tokens: the image placeholders,
@@ -24,15 +25,15 @@ from typing import Any
 import torch
 
 from harness.policies import hf_tiny
+from harness.policies.hf_folder import ADAPTER_DIR, HEADS_FILE, SPEC_FILE, check_folder
 from harness_common.files import atomic_dir
 
 INSTALL_HINT = "pip install -e .[vla]"
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PROCESSOR_FILES: tuple[str, ...] = ("processor_config.json", "preprocessor_config.json")
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-SPEC_FILE = "hf_vla.json"  # the action-bin spec written beside a saved policy
-ADAPTER_DIR = "adapter"  # LoRA adapters of a saved policy (peft's save_pretrained)
-HEADS_FILE = "heads.safetensors"  # value head and proprio projection of a saved policy
+# Every transformers call on a folder: nothing from a hub, no code from the folder.
+LOCAL_ONLY: dict[str, bool] = {"local_files_only": True, "trust_remote_code": False}
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,12 @@ def action_token_ids(tokenizer, vocab_size: int, num_bins: int, model: str) -> t
 
 def check_model(model: str, num_bins: int, dtype: str) -> None:
     """Every check of a ``policy=hf_vla`` model that needs no device and no weights: the name or
-    folder, its processor, and (from the tokenizer alone) room for the action bins.
+    folder, its processor, every file the libraries read (:func:`~harness.policies.hf_folder.
+    check_folder`: no code, no pickles, the saved spec and adapter) and, from the tokenizer
+    alone, room for the action bins.
 
     Raises:
-        ValueError: Naming the value.
+        ValueError: Naming the value (and the file).
         ImportError: The ``vla`` extra is missing.
     """
     check_model_name(model)
@@ -145,15 +148,12 @@ def check_model(model: str, num_bins: int, dtype: str) -> None:
         raise ValueError(f"policy.dtype={dtype!r}; choose one of {tuple(DTYPES)}")
     if hf_tiny.is_named(model):
         return  # the named builds reserve exactly num_bins action tokens
-    check_saved_bins(model, num_bins)
+    check_folder(model, num_bins, ARCHITECTURES)
     require_transformers()
     from transformers import AutoConfig, AutoTokenizer
 
-    model_type = AutoConfig.from_pretrained(model, local_files_only=True).model_type
-    if model_type not in ARCHITECTURES:
-        raise ValueError(f"policy.model={model!r} is a {model_type!r} model; policy=hf_vla "
-                         f"drives {tuple(ARCHITECTURES)}")
-    tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    AutoConfig.from_pretrained(model, **LOCAL_ONLY)  # a config transformers cannot read
+    tokenizer = AutoTokenizer.from_pretrained(model, **LOCAL_ONLY)
     action_token_ids(tokenizer, len(tokenizer), num_bins, model)
 
 
@@ -161,24 +161,22 @@ def load_model(model: str, num_bins: int, dtype: torch.dtype) -> tuple[Any, Any]
     """The ``transformers`` model (eval mode, ``dtype``) and processor ``policy.model`` names.
 
     Raises:
-        ValueError: See :func:`check_model_name`, or an architecture this policy cannot drive.
+        ValueError: See :func:`check_model_name` and
+            :func:`~harness.policies.hf_folder.check_folder`.
     """
     require_transformers()
     check_model_name(model)
     if hf_tiny.is_named(model):
         return hf_tiny.build_named(model, num_bins, dtype)
-    check_saved_bins(model, num_bins)
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    check_folder(model, num_bins, ARCHITECTURES)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    model_type = AutoConfig.from_pretrained(model, local_files_only=True).model_type
-    if model_type not in ARCHITECTURES:
-        raise ValueError(f"policy.model={model!r} is a {model_type!r} model; policy=hf_vla "
-                         f"drives {tuple(ARCHITECTURES)}")
-    processor = AutoProcessor.from_pretrained(model, local_files_only=True)
+    processor = AutoProcessor.from_pretrained(model, **LOCAL_ONLY)
     if getattr(processor.image_processor, "do_image_splitting", False):
         processor.image_processor.do_image_splitting = False  # one global image per frame
     with quiet():
-        vlm = AutoModelForImageTextToText.from_pretrained(model, local_files_only=True)
+        vlm = AutoModelForImageTextToText.from_pretrained(model, use_safetensors=True,
+                                                          **LOCAL_ONLY)
     return vlm.to(dtype).eval(), processor
 
 
@@ -278,24 +276,3 @@ def set_checkpointing(vlm, on: bool) -> None:
         vlm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         vlm.activation_checkpointing_disable()
-
-
-def check_saved_bins(model: str, num_bins: int) -> None:
-    """Refuse to read a saved ``hf_vla`` policy with another number of bins than it learnt.
-
-    Raises:
-        ValueError: Naming both numbers.
-    """
-    spec = read_spec(model)
-    if spec is not None and spec["config"]["num_bins"] != num_bins:
-        raise ValueError(f"policy.model={model!r} is an hf_vla policy saved with num_bins="
-                         f"{spec['config']['num_bins']}; set policy.num_bins to match, not "
-                         f"{num_bins}")
-
-
-def read_spec(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The ``hf_vla.json`` of a saved policy, or ``None`` for a plain model folder."""
-    path = Path(folder) / SPEC_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.policies import hf_models
+from harness.policies import hf_folder, hf_models
 from harness.policies.token_policy import TokenPolicy, register_policy
 from harness.policies.tokens import ObsShapes, TokenPolicyConfig, sample_tokens, tokens_to_actions
 from tasks.language import detokenize
@@ -406,9 +406,9 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu") -> H
     Raises:
         ValueError: ``folder`` has no ``hf_vla.json``, or see :class:`HFVLAPolicy`.
     """
-    spec = hf_models.read_spec(folder)
+    spec = hf_folder.read_spec(folder)
     if spec is None:
-        raise ValueError(f"{folder} holds no {hf_models.SPEC_FILE}: not a saved hf_vla policy")
+        raise ValueError(f"{folder} holds no {hf_folder.SPEC_FILE}: not a saved hf_vla policy")
     config = TokenPolicyConfig.from_saved({**spec["config"], "model": str(Path(folder))})
     shapes = {k: tuple(v) for k, v in spec["obs_shapes"].items()}
     return HFVLAPolicy(config, shapes).to(device)
