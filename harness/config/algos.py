@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from harness.config.errors import ConfigError, check
-from harness.lerobot.reader import read_info  # reads info.json; builds nothing
+from harness.lerobot.reader import validate_dataset  # reads the folder; builds nothing
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
@@ -375,8 +375,8 @@ class GroupAlgoConfig(AlgoConfig):
               f"algo.bc_dataset={self.bc_dataset!r} and algo.bc_demos={self.bc_demos}: clone on "
               "a dataset folder or on freshly recorded demos, not both (set algo.bc_demos=0)")
         if self.bc_dataset:
-            try:  # the folder's kind and version now, its features when BC loads it
-                read_info(self.bc_dataset)
+            try:  # every file the folder names, now: BC reads it after the run folder exists
+                validate_dataset(self.bc_dataset)
             except (OSError, ValueError) as error:
                 raise ConfigError(f"algo.bc_dataset={self.bc_dataset!r}: {error}") from None
 
