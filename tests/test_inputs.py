@@ -5,6 +5,7 @@ snapshot files and training options)."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,3 +224,89 @@ def test_detector_outputs_stay_inside_their_folder(tmp_path):
         contained_path(tmp_path, "push_x/../../escaped.pt")
     with pytest.raises(ValueError, match="outside the output folder"):
         contained_path(tmp_path, "/etc/escaped.pt")
+
+
+# ------------------------------------------------------------------------- LeRobot datasets
+DATA = "data/chunk-000/file-000.parquet"
+INFO = "meta/info.json"
+
+
+@pytest.fixture(scope="module")
+def lerobot_folder(demo_file, tmp_path_factory):
+    from harness.lerobot import export_lerobot
+
+    out = tmp_path_factory.mktemp("lerobot") / "reach"
+    export_lerobot(demo_file, out)
+    return out
+
+
+def _edit_column(folder, name, edit):
+    """Rewrite column ``name`` of the data file as ``edit(values as Python lists)``, or drop it
+    when ``edit`` is None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(folder / DATA)
+    if edit is None:
+        table = table.drop_columns([name])
+    else:
+        table = table.set_column(table.column_names.index(name), name,
+                                 pa.array(edit(table[name].to_pylist())))
+    pq.write_table(table, folder / DATA)
+
+
+def _edit_info(folder, edit):
+    import json
+
+    info = json.loads((folder / INFO).read_text())
+    edit(info)
+    (folder / INFO).write_text(json.dumps(info))
+
+
+def _first_row(rows, value):
+    return [[value, *rows[0][1:]], *rows[1:]]
+
+
+@pytest.mark.parametrize(("edit", "where", "match"), [
+    (lambda f: _edit_column(f, "action", lambda r: _first_row(r, np.nan)), DATA,
+     "'action' holds non-finite"),
+    (lambda f: _edit_column(f, "action", lambda r: _first_row(r, 1e30)), DATA,
+     "'action' row 0 is \\[1e\\+30"),
+    (lambda f: _edit_column(f, "observation.environment_state",
+                            lambda r: _first_row(r, np.inf)), DATA,
+     "'observation.environment_state' holds non-finite"),
+    (lambda f: _edit_column(f, "observation.state", lambda r: [r[0][:5], *r[1:]]), DATA,
+     "'observation.state' has a row of 5 values"),
+    (lambda f: _edit_column(f, "next.reward", None), DATA,
+     "lacks the column\\(s\\) \\[.next.reward"),
+    (lambda f: _edit_column(f, "task_index", lambda r: [None, *r[1:]]), DATA,
+     "'task_index' holds int64 with 1 nulls"),
+    (lambda f: _edit_info(f, lambda i: i["features"].update({"action": "float32"})), INFO,
+     "features\\['action'\\]='float32'"),
+    (lambda f: _edit_info(f, lambda i: i["features"]["observation.state"].pop("shape")), INFO,
+     "features\\['observation.state'\\].shape=None"),
+    (lambda f: _edit_info(f, lambda i: i.update(features=["action"])), INFO,
+     "features=\\['action'\\]"),
+    (lambda f: _edit_info(f, lambda i: i.update(fps="fast")), INFO, "fps='fast'"),
+])
+def test_a_damaged_dataset_is_refused_at_config_load_naming_file_and_field(
+        lerobot_folder, tmp_path, edit, where, match):
+    import shutil
+
+    from harness.config import GroupAlgoConfig
+    from harness.lerobot import load_lerobot
+
+    folder = Path(shutil.copytree(lerobot_folder, tmp_path / "reach"))
+    edit(folder)
+    with pytest.raises(ConfigError, match=f"algo.bc_dataset=.*{where}.*{match}"):
+        GroupAlgoConfig(name="grpo", bc_dataset=str(folder))
+    with pytest.raises(ValueError, match=match):
+        load_lerobot(folder)
+
+
+def test_a_good_dataset_passes_every_check(lerobot_folder):
+    from harness.config import GroupAlgoConfig
+    from harness.lerobot import validate_dataset
+
+    assert validate_dataset(lerobot_folder)["total_episodes"] == 2
+    assert GroupAlgoConfig(name="grpo", bc_dataset=str(lerobot_folder)).bc_dataset
