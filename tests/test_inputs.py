@@ -4,6 +4,7 @@ snapshot files and training options)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -144,6 +145,45 @@ def test_a_pickled_file_is_not_a_snapshot_file(tmp_path):
 def test_training_options_must_be_finite_and_in_range(override, match):
     with pytest.raises(ConfigError, match=match):
         compose(["algo=grpo", override])
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("algo.group_size=1000000000", "algo.group_size=1000000000; must be >= 1 and <= 1000000"),
+    ("algo.num_start_states=1000000000", "algo.num_start_states=1000000000; must be"),
+    ("algo.minibatch_size=1000000000", "algo.minibatch_size=1000000000; must be"),
+    ("algo.bc_epochs=1000000000", "algo.bc_epochs=1000000000; must be"),
+    ("algo.group_size=200000", "algo.group_size x algo.num_start_states=1600000; must be"),
+    ("algo.workers=100000", "algo.workers=100000; must be >= 1 and <= "),
+    ("torch_threads=100000", "torch_threads=100000; must be >= 1 and <= "),
+    ("algo.rollout.cpus_per_worker=1e9", "cpus_per_worker=1000000000.0; must be in"),
+    ("task.max_episode_steps=1000000000000", "max_episode_steps=1000000000000; expected"),
+    ("eval.max_episode_steps=1000000000000", "eval.max_episode_steps=1000000000000; must"),
+    ("algo.temperature=1e300", "algo.temperature=1e\\+300; must be in \\(0, 100"),
+    ("algo.clip_low=5", "algo.clip_low=5.0; must be in \\(0, 1\\)"),
+    ("algo.clip_high=50", "algo.clip_high=50.0; must be in \\(0, 10"),
+    ("algo.learning_rate=-1", "algo.learning_rate=-1.0; must be > 0"),
+    ("algo.learning_rate=0", "algo.learning_rate=0.0; must be > 0"),
+    ("algo.max_grad_norm=-1", "algo.max_grad_norm=-1.0; must be > 0"),
+    ("seed=100000000000000000000", "seed=100000000000000000000; must be >= 0 and <= 4294967295"),
+    ("eval.seed=100000000000000000000", "eval.seed=100000000000000000000; must be"),
+])
+def test_sizes_rates_and_seeds_are_bounded_at_config_load(override, match):
+    """Each of these was accepted, then failed or misbehaved after the run folder existed."""
+    with pytest.raises(ConfigError, match=match):
+        compose(["algo=grpo", override])
+
+
+@pytest.mark.parametrize("override", ["n_envs=100000", "algo.learning_rate=2",
+                                      "algo.max_grad_norm=0", "algo.n_steps=1000000000"])
+def test_sb3_sizes_and_rates_are_bounded_at_config_load(override):
+    with pytest.raises(ConfigError, match=override.replace("=", "=.*")):
+        compose(["algo=ppo", override])
+
+
+def test_the_bounds_leave_room_for_real_runs():
+    config = compose(["algo=grpo", f"algo.workers={os.cpu_count()}", "seed=4294967295",
+                      "algo.clip_high=0.28", "algo.temperature=100", "algo.learning_rate=1"])
+    assert config.seed == 2**32 - 1 and config.algo.workers == os.cpu_count()
 
 
 # ------------------------------------------------------------------------------- data files
