@@ -26,6 +26,9 @@ GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce"
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 # The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
 BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
+# Counts of SB3's algorithms, each at most MAX_COUNT (their lower bounds are their own checks).
+SB3_COUNTS: tuple[str, ...] = ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
+                               "n_critic_updates", "sub_sampling_factor")
 MAX_SHIFT_PAD = 64  # pixels of random shift; frames are at most 480 pixels wide
 
 
@@ -76,13 +79,12 @@ class SB3AlgoConfig(AlgoConfig):
         check(0 < self.gamma <= 1, f"algo.gamma={self.gamma}; must be in (0, 1]")
         check(0 <= self.gae_lambda <= 1, f"algo.gae_lambda={self.gae_lambda}; must be in [0, 1]")
         check_count("algo.log_interval", self.log_interval, 0)
-        if hasattr(self, "max_grad_norm"):
+        names = {f.name for f in dataclasses.fields(self)}  # each algorithm has its own
+        if "max_grad_norm" in names:
             check(self.max_grad_norm > 0,
                   f"algo.max_grad_norm={self.max_grad_norm}; must be > 0")
-        for key in ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
-                    "n_critic_updates", "sub_sampling_factor"):
-            if hasattr(self, key):
-                check_count(f"algo.{key}", getattr(self, key), 0)
+        for key in sorted(names & set(SB3_COUNTS)):
+            check_count(f"algo.{key}", getattr(self, key), 0)
 
     def sb3_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the SB3 algorithm's constructor."""
