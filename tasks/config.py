@@ -18,6 +18,7 @@ from tasks.scene import PHYSICS
 from tasks.wrappers import ImperfectionConfig
 
 OBS_MODES = ("state", "pixels", "pixels_state")
+MAX_EPISODE_STEPS = 1_000_000  # an episode's control steps: 11 hours at 25 Hz
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,9 @@ class TaskConfig:
         timestep: Physics step in seconds; ``None``: the preset's (0.002 by default).
         substeps: Physics steps per control step; ``None``: the preset's (20 by default: 25 Hz
             control).
-        max_episode_steps: Control steps before ``truncated``; counted by the env so that a
-            snapshot carries it (Gymnasium's ``TimeLimit`` would restart its count on restore).
+        max_episode_steps: Control steps before ``truncated``, at most
+            :data:`MAX_EPISODE_STEPS`; counted by the env so that a snapshot carries it
+            (Gymnasium's ``TimeLimit`` would restart its count on restore).
         terminate_on_success: End the episode when the success predicate holds.
         difficulty: Difficulty used when ``reset`` is given none.
         reward_weights: Overrides of the task's reward-term weights.
@@ -79,7 +81,7 @@ class TaskConfig:
         check_int("image_size", self.image_size, 8, 480)
         check_int("substeps", self.substeps, 1)
         if self.max_episode_steps is not None:
-            check_int("max_episode_steps", self.max_episode_steps, 1)
+            check_int("max_episode_steps", self.max_episode_steps, 1, MAX_EPISODE_STEPS)
         if not (check_number("timestep", self.timestep) > 0):
             raise ValueError(f"timestep={self.timestep!r}; expected a positive number of seconds")
         if not isinstance(self.terminate_on_success, (bool, np.bool_)):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,6 +274,45 @@ def test_training_options_must_be_finite_and_in_range(override, match):
         compose(["algo=grpo", override])
 
 
+@pytest.mark.parametrize(("override", "match"), [
+    ("algo.group_size=1000000000", "algo.group_size=1000000000; must be >= 1 and <= 1000000"),
+    ("algo.num_start_states=1000000000", "algo.num_start_states=1000000000; must be"),
+    ("algo.minibatch_size=1000000000", "algo.minibatch_size=1000000000; must be"),
+    ("algo.bc_epochs=1000000000", "algo.bc_epochs=1000000000; must be"),
+    ("algo.group_size=200000", "algo.group_size x algo.num_start_states=1600000; must be"),
+    ("algo.workers=100000", "algo.workers=100000; must be >= 1 and <= "),
+    ("torch_threads=100000", "torch_threads=100000; must be >= 1 and <= "),
+    ("algo.rollout.cpus_per_worker=1e9", "cpus_per_worker=1000000000.0; must be in"),
+    ("task.max_episode_steps=1000000000000", "max_episode_steps=1000000000000; expected"),
+    ("eval.max_episode_steps=1000000000000", "eval.max_episode_steps=1000000000000; must"),
+    ("algo.temperature=1e300", "algo.temperature=1e\\+300; must be in \\(0, 100"),
+    ("algo.clip_low=5", "algo.clip_low=5.0; must be in \\(0, 1\\)"),
+    ("algo.clip_high=50", "algo.clip_high=50.0; must be in \\(0, 10"),
+    ("algo.learning_rate=-1", "algo.learning_rate=-1.0; must be > 0"),
+    ("algo.learning_rate=0", "algo.learning_rate=0.0; must be > 0"),
+    ("algo.max_grad_norm=-1", "algo.max_grad_norm=-1.0; must be > 0"),
+    ("seed=100000000000000000000", "seed=100000000000000000000; must be >= 0 and <= 4294967295"),
+    ("eval.seed=100000000000000000000", "eval.seed=100000000000000000000; must be"),
+])
+def test_sizes_rates_and_seeds_are_bounded_at_config_load(override, match):
+    """Each of these was accepted, then failed or misbehaved after the run folder existed."""
+    with pytest.raises(ConfigError, match=match):
+        compose(["algo=grpo", override])
+
+
+@pytest.mark.parametrize("override", ["n_envs=100000", "algo.learning_rate=2",
+                                      "algo.max_grad_norm=0", "algo.n_steps=1000000000"])
+def test_sb3_sizes_and_rates_are_bounded_at_config_load(override):
+    with pytest.raises(ConfigError, match=override.replace("=", "=.*")):
+        compose(["algo=ppo", override])
+
+
+def test_the_bounds_leave_room_for_real_runs():
+    config = compose(["algo=grpo", f"algo.workers={os.cpu_count()}", "seed=4294967295",
+                      "algo.clip_high=0.28", "algo.temperature=100", "algo.learning_rate=1"])
+    assert config.seed == 2**32 - 1 and config.algo.workers == os.cpu_count()
+
+
 # ------------------------------------------------------------------------------- data files
 @pytest.fixture(scope="module")
 def demo_file(tmp_path_factory):
@@ -412,3 +453,89 @@ def test_a_crafted_deploy_record_is_refused_by_field_before_anything_runs(export
     with pytest.raises(ValueError, match=match) as error:
         ExportedPolicy(tmp_path / "crafted.onnx")
     assert "crafted.onnx" in str(error.value)
+
+
+# ------------------------------------------------------------------------- LeRobot datasets
+DATA = "data/chunk-000/file-000.parquet"
+INFO = "meta/info.json"
+
+
+@pytest.fixture(scope="module")
+def lerobot_folder(demo_file, tmp_path_factory):
+    from harness.lerobot import export_lerobot
+
+    out = tmp_path_factory.mktemp("lerobot") / "reach"
+    export_lerobot(demo_file, out)
+    return out
+
+
+def _edit_column(folder, name, edit):
+    """Rewrite column ``name`` of the data file as ``edit(values as Python lists)``, or drop it
+    when ``edit`` is None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(folder / DATA)
+    if edit is None:
+        table = table.drop_columns([name])
+    else:
+        table = table.set_column(table.column_names.index(name), name,
+                                 pa.array(edit(table[name].to_pylist())))
+    pq.write_table(table, folder / DATA)
+
+
+def _edit_info(folder, edit):
+    import json
+
+    info = json.loads((folder / INFO).read_text())
+    edit(info)
+    (folder / INFO).write_text(json.dumps(info))
+
+
+def _first_row(rows, value):
+    return [[value, *rows[0][1:]], *rows[1:]]
+
+
+@pytest.mark.parametrize(("edit", "where", "match"), [
+    (lambda f: _edit_column(f, "action", lambda r: _first_row(r, np.nan)), DATA,
+     "'action' holds non-finite"),
+    (lambda f: _edit_column(f, "action", lambda r: _first_row(r, 1e30)), DATA,
+     "'action' row 0 is \\[1e\\+30"),
+    (lambda f: _edit_column(f, "observation.environment_state",
+                            lambda r: _first_row(r, np.inf)), DATA,
+     "'observation.environment_state' holds non-finite"),
+    (lambda f: _edit_column(f, "observation.state", lambda r: [r[0][:5], *r[1:]]), DATA,
+     "'observation.state' has a row of 5 values"),
+    (lambda f: _edit_column(f, "next.reward", None), DATA,
+     "lacks the column\\(s\\) \\[.next.reward"),
+    (lambda f: _edit_column(f, "task_index", lambda r: [None, *r[1:]]), DATA,
+     "'task_index' holds int64 with 1 nulls"),
+    (lambda f: _edit_info(f, lambda i: i["features"].update({"action": "float32"})), INFO,
+     "features\\['action'\\]='float32'"),
+    (lambda f: _edit_info(f, lambda i: i["features"]["observation.state"].pop("shape")), INFO,
+     "features\\['observation.state'\\].shape=None"),
+    (lambda f: _edit_info(f, lambda i: i.update(features=["action"])), INFO,
+     "features=\\['action'\\]"),
+    (lambda f: _edit_info(f, lambda i: i.update(fps="fast")), INFO, "fps='fast'"),
+])
+def test_a_damaged_dataset_is_refused_at_config_load_naming_file_and_field(
+        lerobot_folder, tmp_path, edit, where, match):
+    import shutil
+
+    from harness.config import GroupAlgoConfig
+    from harness.lerobot import load_lerobot
+
+    folder = Path(shutil.copytree(lerobot_folder, tmp_path / "reach"))
+    edit(folder)
+    with pytest.raises(ConfigError, match=f"algo.bc_dataset=.*{where}.*{match}"):
+        GroupAlgoConfig(name="grpo", bc_dataset=str(folder))
+    with pytest.raises(ValueError, match=match):
+        load_lerobot(folder)
+
+
+def test_a_good_dataset_passes_every_check(lerobot_folder):
+    from harness.config import GroupAlgoConfig
+    from harness.lerobot import validate_dataset
+
+    assert validate_dataset(lerobot_folder)["total_episodes"] == 2
+    assert GroupAlgoConfig(name="grpo", bc_dataset=str(lerobot_folder)).bc_dataset

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -204,3 +206,63 @@ def test_a_crafted_model_folder_is_refused_at_config_and_runs_nothing(
     for word in named:
         assert word in str(error.value)
     assert not marker.exists()
+
+
+# ------------------------------------------------- dataset folders name only their own files
+DATA = "data/chunk-000/file-000.parquet"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A LeRobot dataset of 2 reach demos, and a folder outside it holding a copy."""
+    from harness.demos import collect_demos
+    from harness.lerobot import export_lerobot
+
+    root = tmp_path_factory.mktemp("datasets")
+    collect_demos(root / "reach.hdf5", "reach", 2, obs_mode="state", max_episode_steps=20,
+                  progress=False)
+    export_lerobot(root / "reach.hdf5", root / "reach")
+    shutil.copytree(root / "reach", root / "outside")
+    return root / "reach"
+
+
+def _set_info(folder: Path, **values) -> None:
+    info = json.loads((folder / "meta/info.json").read_text())
+    (folder / "meta/info.json").write_text(json.dumps({**info, **values}))
+
+
+def _link(path: Path, target: Path) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda f, out: _set_info(f, data_path=f"{out}/data/chunk-{{chunk_index:03d}}/file-"
+                                           "{file_index:03d}.parquet"),
+     "data_path names '/.*'; a dataset's paths are relative"),
+    (lambda f, out: _set_info(f, data_path="../outside/data/chunk-{chunk_index:03d}/file-"
+                                           "{file_index:03d}.parquet"),
+     "data_path names '../outside.*without '..'"),
+    (lambda f, out: _link(f / DATA, out / DATA), f"data_path '{DATA}' leads outside"),
+    (lambda f, out: _link(f / "meta/info.json", out / "meta/info.json"),
+     "'meta/info.json' leads outside"),
+    (lambda f, out: _link(f / "meta/stats.json", out / "meta/stats.json"),
+     "'meta/stats.json' leads outside"),
+    (lambda f, out: _set_info(f, data_path="data/chunk-{chunk_index:0300000000d}/file-"
+                                           "{file_index:03d}.parquet"),
+     "formats {chunk_index} as '0300000000d'; expected an integer format of width <= 20"),
+    (lambda f, out: _set_info(f, data_path="data/{chunk_index.__class__}.parquet"),
+     "has the field {chunk_index.__class__}"),
+])
+def test_a_dataset_naming_files_outside_its_folder_is_refused_at_config_load(
+        dataset, tmp_path, edit, match):
+    from harness.lerobot import load_lerobot
+
+    folder = Path(shutil.copytree(dataset, tmp_path / "reach", symlinks=True))
+    edit(folder, dataset.parent / "outside")
+    config = [*GROUP, "algo.bc_epochs=1", f"algo.bc_dataset={folder}"]
+    with pytest.raises(ConfigError, match=f"algo.bc_dataset=.*{re.escape(match)}"
+                       .replace(r"\.\*", ".*")):
+        compose(config)
+    with pytest.raises(ValueError, match=re.escape(match).replace(r"\.\*", ".*")):
+        load_lerobot(folder)

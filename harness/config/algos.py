@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
 
+from harness.config.bounds import (
+    MAX_CLIP_HIGH,
+    MAX_COUNT,
+    MAX_TEMPERATURE,
+    check_count,
+    check_rate,
+    max_processes,
+)
 from harness.config.errors import ConfigError, check
-from harness.lerobot.reader import read_info  # reads info.json; builds nothing
+from harness.config.rollout import ResetNoiseConfig, RolloutConfig
+from harness.lerobot.reader import validate_dataset  # reads the folder; builds nothing
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 # The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
 BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
+# Counts of SB3's algorithms, each at most MAX_COUNT (their lower bounds are their own checks).
+SB3_COUNTS: tuple[str, ...] = ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
+                               "n_critic_updates", "sub_sampling_factor")
+MAX_SHIFT_PAD = 64  # pixels of random shift; frames are at most 480 pixels wide
 
 
 @dataclass
@@ -40,8 +52,10 @@ class AlgoConfig:
 class SB3AlgoConfig(AlgoConfig):
     """Hyper-parameters shared by SB3's on-policy algorithms (passed to them as they are).
 
+    Counts (``n_steps``, ``batch_size``, epochs, ...) are at most ``MAX_COUNT`` (10^6).
+
     Attributes:
-        learning_rate: Adam (RMSprop for A2C) step size.
+        learning_rate: Adam (RMSprop for A2C) step size, in (0, 1].
         n_steps: Steps per environment per rollout.
         gamma: Discount factor.
         gae_lambda: GAE lambda.
@@ -60,11 +74,17 @@ class SB3AlgoConfig(AlgoConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.learning_rate > 0, f"algo.learning_rate={self.learning_rate}; must be > 0")
-        check(self.n_steps >= 1, f"algo.n_steps={self.n_steps}; must be >= 1")
+        check_rate("algo.learning_rate", self.learning_rate)
+        check_count("algo.n_steps", self.n_steps)
         check(0 < self.gamma <= 1, f"algo.gamma={self.gamma}; must be in (0, 1]")
         check(0 <= self.gae_lambda <= 1, f"algo.gae_lambda={self.gae_lambda}; must be in [0, 1]")
-        check(self.log_interval >= 0, f"algo.log_interval={self.log_interval}; must be >= 0")
+        check_count("algo.log_interval", self.log_interval, 0)
+        names = {f.name for f in dataclasses.fields(self)}  # each algorithm has its own
+        if "max_grad_norm" in names:
+            check(self.max_grad_norm > 0,
+                  f"algo.max_grad_norm={self.max_grad_norm}; must be > 0")
+        for key in sorted(names & set(SB3_COUNTS)):
+            check_count(f"algo.{key}", getattr(self, key), 0)
 
     def sb3_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the SB3 algorithm's constructor."""
@@ -141,98 +161,32 @@ DEFAULT_START_WEIGHTS: dict[str, dict[str, float]] = {
     "replay": {"reset": 0.5, "replay": 0.5},
     "mix": {"reset": 0.4, "demo": 0.4, "replay": 0.2},
 }
-ROLLOUT_BACKENDS: tuple[str, ...] = ("processes", "ray")
-ROLLOUT_MODES: tuple[str, ...] = ("auto", "per_worker", "batched")
-
-
-@dataclass
-class RolloutConfig:
-    """Where the group trainer's rollout workers run (``algo.rollout``; see docs/scaling.md).
-
-    Attributes:
-        backend: ``processes`` (worker processes of this machine) or ``ray`` (Ray actors, on
-            this machine or a cluster). The same seed gives the same attempts with either, and
-            with any number of workers.
-        mode: ``per_worker``: each worker holds its environments and a copy of the policy
-            (small policies); ``batched``: workers hold only environments and the learner runs
-            one batched forward pass of its policy, on its device, per control step (large
-            policies, which do not fit once per worker); ``auto``: ``batched`` for ``hf_vla``,
-            ``per_worker`` otherwise.
-        ray_address: ``ray`` only: ``null`` starts a local Ray instance with
-            ``algo.workers * cpus_per_worker`` CPUs; ``auto`` joins the cluster this machine
-            belongs to; ``host:port`` (or ``ray://host:port``) joins that one.
-        cpus_per_worker: ``ray`` only: CPUs each actor reserves.
-        gpus_per_worker: ``ray`` only: GPUs (or a fraction of one) each actor reserves; its
-            policy copy then runs on that GPU.
-        max_worker_restarts: Dead workers (killed process or actor, lost node) replaced within
-            one iteration before the run gives up; their attempts are played again.
-    """
-
-    backend: str = "processes"
-    mode: str = "auto"
-    ray_address: str | None = None
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
-    max_worker_restarts: int = 3
-
-    def __post_init__(self) -> None:
-        check(self.backend in ROLLOUT_BACKENDS,
-              f"algo.rollout.backend={self.backend!r}; choose one of {ROLLOUT_BACKENDS}")
-        check(self.mode in ROLLOUT_MODES,
-              f"algo.rollout.mode={self.mode!r}; choose one of {ROLLOUT_MODES}")
-        check(self.cpus_per_worker > 0,
-              f"algo.rollout.cpus_per_worker={self.cpus_per_worker}; must be > 0")
-        check(self.gpus_per_worker >= 0,
-              f"algo.rollout.gpus_per_worker={self.gpus_per_worker}; must be >= 0")
-        check(self.max_worker_restarts >= 0,
-              f"algo.rollout.max_worker_restarts={self.max_worker_restarts}; must be >= 0")
-        check(self.backend == "ray" or (self.ray_address is None and self.gpus_per_worker == 0),
-              "algo.rollout.ray_address and algo.rollout.gpus_per_worker need "
-              f"algo.rollout.backend=ray, not {self.backend!r}")
-
-
-@dataclass
-class ResetNoiseConfig:
-    """Inexact resets (``algo.reset_noise``; ``tasks.perturb``): each attempt of a group starts
-    from the group's snapshot with the gripper and the task's objects displaced, as a real
-    robot that cannot reset exactly would leave them. Evaluation is never perturbed.
-
-    Attributes:
-        position_mm: Standard deviation of the displacement, millimetres per axis.
-        rotation: Standard deviation of the turn about the vertical, radians.
-    """
-
-    position_mm: float = 0.0
-    rotation: float = 0.0
-
-    def __post_init__(self) -> None:
-        check(self.position_mm >= 0,
-              f"algo.reset_noise.position_mm={self.position_mm}; must be >= 0")
-        check(0 <= self.rotation <= math.pi,
-              f"algo.reset_noise.rotation={self.rotation}; must be in [0, pi] radians")
-
-
 @dataclass
 class GroupAlgoConfig(AlgoConfig):
     """Knobs of the group-relative fine-tuner (``harness.algos.group``); the name picks the
-    advantage estimator (``harness.objectives.ESTIMATORS``).
+    advantage estimator (``harness.objectives.ESTIMATORS``). Every count is at most
+    ``harness.config.bounds.MAX_COUNT`` (10^6), each shift pad at most ``MAX_SHIFT_PAD`` (64).
 
     Attributes:
         group_size: G, attempts from each start state.
-        num_start_states: B, snapshotted start states per iteration.
-        temperature: Sampling temperature of the action tokens.
-        clip_low: Lower PPO-style ratio clip (1 - clip_low).
-        clip_high: Upper ratio clip (1 + clip_high); above ``clip_low`` is DAPO's clip-higher.
+        num_start_states: B, snapshotted start states per iteration (G x B at most
+            ``MAX_COUNT``).
+        temperature: Sampling temperature of the action tokens, in (0, 100].
+        clip_low: Lower PPO-style ratio clip (1 - clip_low), in (0, 1).
+        clip_high: Upper ratio clip (1 + clip_high), in (0, 10]; above ``clip_low`` is DAPO's
+            clip-higher.
         beta: Weight of the k3 KL penalty to the frozen reference policy (0 disables it).
         aggregation: One of ``harness.objectives.AGGREGATIONS``.
-        learning_rate: Adam step size.
-        max_grad_norm: Gradient clipping norm.
+        learning_rate: Adam step size, in (0, 1].
+        max_grad_norm: Gradient clipping norm, > 0.
         num_iterations: Epochs over each batch of groups.
         minibatch_size: Attempts per gradient step.
         zero_signal: What to do with groups whose outcomes are all equal: keep, drop, resample.
         iterations: Outer iterations (sample, score, update): the group algorithms' budget
             (they refuse ``total_timesteps``; ``max_minutes`` stays a guard).
-        workers: Rollout workers (processes or Ray actors, ``rollout.backend``).
+        workers: Rollout workers (processes or Ray actors, ``rollout.backend``): at most
+            ``PROCESSES_PER_CPU`` (8) per CPU of this machine, unless they are actors of a
+            Ray cluster (``rollout.ray_address`` given).
         rollout: Where the workers run (:class:`RolloutConfig`).
         init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy, or another
             run's ``start_policy.pt``) to start from; it is also the KL reference, and the
@@ -244,7 +198,7 @@ class GroupAlgoConfig(AlgoConfig):
             ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
             recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
         bc_epochs: Epochs of that behaviour cloning.
-        bc_lr: Its AdamW learning rate (``harness.bc.pretrain_bc``'s ``lr``).
+        bc_lr: Its AdamW learning rate (``harness.bc.pretrain_bc``'s ``lr``), in (0, 1].
         bc_noise: Gaussian noise (standard deviation, in action units) injected into the
             executed actions while recording those demos, each step labelled with the expert's
             noise-free action (DART, Laskey et al. 2017): the cloned policy learns to recover
@@ -334,29 +288,16 @@ class GroupAlgoConfig(AlgoConfig):
         check(all(w >= 0 for w in weights.values()) and sum(weights.values()) > 0,
               f"algo.start_weights={weights}; weights must be >= 0 with a positive sum")
         self.start_weights = {s: float(weights.get(s, 0.0)) for s in START_SOURCES}
-        for key in ("start_demos", "replay_buffer", "replay_every"):
-            check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.name in GROUP_ALGOS,
               f"algo.name={self.name!r} with the group schema; choose one of {GROUP_ALGOS}")
-        for key in ("group_size", "num_start_states", "num_iterations", "minibatch_size",
-                    "iterations", "workers"):
-            check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
-        check(self.temperature > 0, f"algo.temperature={self.temperature}; must be > 0")
-        check(self.clip_low >= 0 and self.clip_high >= 0,
-              f"algo.clip_low={self.clip_low}, algo.clip_high={self.clip_high}; must be >= 0")
+        self._check_sizes()
         check(self.beta >= 0, f"algo.beta={self.beta}; must be >= 0")
         check(self.aggregation in AGGREGATIONS,
               f"algo.aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
         check(self.zero_signal in ZERO_SIGNAL,
               f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
-        for key in ("bc_demos", "state_pretrain_episodes"):
-            check(getattr(self, key) >= 0, f"algo.{key}={getattr(self, key)}; must be >= 0")
-        check(self.bc_lr > 0, f"algo.bc_lr={self.bc_lr}; must be > 0")
         check(self.bc_keep in BC_KEEP,
               f"algo.bc_keep={self.bc_keep!r}; choose one of {BC_KEEP}")
-        for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
-            check(getattr(self, key) >= 0,
-                  f"algo.{key}={getattr(self, key)}; must be >= 0 (a shift in pixels)")
         check(self.bc_noise >= 0, f"algo.bc_noise={self.bc_noise}; must be >= 0 (a standard "
                                   "deviation in action units)")
         check(not self.init_policy or Path(self.init_policy).is_file(),
@@ -367,18 +308,43 @@ class GroupAlgoConfig(AlgoConfig):
         check(self.bc_noise == 0 or self.bc_demos > 0,
               f"algo.bc_noise={self.bc_noise} shapes the demos that algo.bc_demos records; it "
               f"needs algo.bc_demos > 0 (not {self.bc_demos})")
-        for key in ("bc_epochs", "state_pretrain_epochs"):
-            check(getattr(self, key) >= 1, f"algo.{key}={getattr(self, key)}; must be >= 1")
         check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,
               f"algo.bc_difficulty={self.bc_difficulty}; must be in [0, 1] or null")
         check(not (self.bc_dataset and self.bc_demos > 0),
               f"algo.bc_dataset={self.bc_dataset!r} and algo.bc_demos={self.bc_demos}: clone on "
               "a dataset folder or on freshly recorded demos, not both (set algo.bc_demos=0)")
         if self.bc_dataset:
-            try:  # the folder's kind and version now, its features when BC loads it
-                read_info(self.bc_dataset)
+            try:  # every file the folder names, now: BC reads it after the run folder exists
+                validate_dataset(self.bc_dataset)
             except (OSError, ValueError) as error:
                 raise ConfigError(f"algo.bc_dataset={self.bc_dataset!r}: {error}") from None
+
+    def _check_sizes(self) -> None:
+        """Counts within [1 or 0, ``MAX_COUNT``], workers within what this machine can run,
+        rates in (0, 1], the clip range and the temperature within their bounds."""
+        for key in ("group_size", "num_start_states", "num_iterations", "minibatch_size",
+                    "iterations", "start_demos", "replay_buffer", "replay_every", "bc_epochs",
+                    "state_pretrain_epochs"):
+            check_count(f"algo.{key}", getattr(self, key))
+        for key in ("bc_demos", "state_pretrain_episodes"):
+            check_count(f"algo.{key}", getattr(self, key), 0)
+        for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
+            check_count(f"algo.{key}", getattr(self, key), 0, MAX_SHIFT_PAD)
+        check_count("algo.group_size x algo.num_start_states",
+                    self.group_size * self.num_start_states)
+        local = self.rollout.backend == "processes" or self.rollout.ray_address is None
+        # A Ray cluster's size is checked when it is joined; this machine's is known now.
+        check_count("algo.workers", self.workers, 1, max_processes() if local else MAX_COUNT)
+        check_rate("algo.learning_rate", self.learning_rate)
+        check_rate("algo.bc_lr", self.bc_lr)
+        check(self.max_grad_norm > 0, f"algo.max_grad_norm={self.max_grad_norm}; must be > 0")
+        check(0 < self.temperature <= MAX_TEMPERATURE,
+              f"algo.temperature={self.temperature}; must be in (0, {MAX_TEMPERATURE}]")
+        check(0 < self.clip_low < 1,
+              f"algo.clip_low={self.clip_low}; must be in (0, 1) (the ratio's floor is "
+              "1 - clip_low)")
+        check(0 < self.clip_high <= MAX_CLIP_HIGH,
+              f"algo.clip_high={self.clip_high}; must be in (0, {MAX_CLIP_HIGH}]")
 
 
 

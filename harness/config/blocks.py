@@ -7,7 +7,9 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 
+from harness.config.bounds import MAX_SEED, MAX_TIMESTEPS, check_count, check_rate
 from harness.config.errors import check
+from tasks.config import MAX_EPISODE_STEPS
 
 REFRESH_LABELS: tuple[str, ...] = ("claimed", "all")  # success_detectors.refresh reads the label
 WANDB_MODES: tuple[str, ...] = ("online", "offline", "disabled")
@@ -72,7 +74,8 @@ class EvalConfig:
     Periodic evaluations (and so the choice of the ``best`` checkpoint) play the validation
     seeds ``validation_seed, validation_seed + 1, ...``; the final evaluation, and the start
     policy's evaluation it is compared with, play the test seeds ``seed, seed + 1, ...``.
-    :meth:`TrainConfig.seed_ranges` lists every range a run uses and refuses overlaps.
+    :meth:`TrainConfig.seed_ranges` lists every range a run uses and refuses overlaps. Seeds are
+    in [0, 2^32 - 1], episode counts at most 10^6, ``every_steps`` at most 10^12.
 
     Attributes:
         every_steps: Environment steps between periodic evaluations (0: only the final one).
@@ -82,8 +85,9 @@ class EvalConfig:
         seed: First test seed.
         validation_seed: First validation seed.
         video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
-        max_episode_steps: Step limit of every evaluation episode, the start policy's included;
-            ``None``: ``task.max_episode_steps``, the training attempts' limit.
+        max_episode_steps: Step limit of every evaluation episode, the start policy's included
+            (at most ``tasks.config.MAX_EPISODE_STEPS``, 10^6); ``None``:
+            ``task.max_episode_steps``, the training attempts' limit.
     """
 
     every_steps: int = 10_000
@@ -96,12 +100,15 @@ class EvalConfig:
     max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
-        check(self.max_episode_steps is None or self.max_episode_steps >= 1,
-              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null")
-        for key in ("seed", "validation_seed", "every_steps", "video_episodes"):
-            check(getattr(self, key) >= 0, f"eval.{key}={getattr(self, key)}; must be >= 0")
+        check(self.max_episode_steps is None or 1 <= self.max_episode_steps <= MAX_EPISODE_STEPS,
+              f"eval.max_episode_steps={self.max_episode_steps}; must be >= 1 or null, and "
+              f"<= {MAX_EPISODE_STEPS}")
+        for key in ("seed", "validation_seed"):
+            check_count(f"eval.{key}", getattr(self, key), 0, MAX_SEED)
+        check_count("eval.every_steps", self.every_steps, 0, MAX_TIMESTEPS)
+        check_count("eval.video_episodes", self.video_episodes, 0)
         for key in ("episodes", "final_episodes"):
-            check(getattr(self, key) >= 1, f"eval.{key}={getattr(self, key)}; must be >= 1")
+            check_count(f"eval.{key}", getattr(self, key))
         bad = [d for d in self.difficulties if not 0.0 <= d <= 1.0]
         check(not bad, f"eval.difficulties={list(self.difficulties)}; {bad} outside [0, 1]")
 
@@ -133,13 +140,14 @@ class DetectorRefreshConfig:
     with ``detector=cnn``; :mod:`success_detectors.refresh`, docs/sim_to_real.md). Off by default.
 
     Attributes:
-        every: Iterations between refreshes; 0 turns it off.
+        every: Iterations between refreshes; 0 turns it off. Counts (``every``, ``buffer``,
+            ``steps``, ``batch_size``) are at most 10^6.
         label: Which scored final frames get a label (the scripted check's; on a robot, a
             person's): ``claimed``, those the detector called success; ``all``, every one.
         buffer: Labelled frames kept, the oldest leaving first.
         steps: AdamW steps per refresh.
         batch_size: Frames per step.
-        learning_rate: AdamW step size.
+        learning_rate: AdamW step size, in (0, 1].
         data: The detector's data file (HDF5): its train split is replayed in each batch and its
             val split chooses the threshold again; ``None``: the buffer alone, threshold kept.
         replay_fraction: Share of each batch drawn from ``data``'s train split.
@@ -165,14 +173,12 @@ class DetectorRefreshConfig:
     hard_negative_share: float = 0.25
 
     def __post_init__(self) -> None:
-        check(self.every >= 0, f"detector_refresh.every={self.every}; must be >= 0 (0: off)")
+        check_count("detector_refresh.every", self.every, 0)
         for key in ("buffer", "steps", "batch_size"):
-            check(getattr(self, key) >= 1,
-                  f"detector_refresh.{key}={getattr(self, key)}; must be >= 1")
+            check_count(f"detector_refresh.{key}", getattr(self, key))
         check(self.label in REFRESH_LABELS,
               f"detector_refresh.label={self.label!r}; choose one of {REFRESH_LABELS}")
-        check(self.learning_rate > 0,
-              f"detector_refresh.learning_rate={self.learning_rate}; must be > 0")
+        check_rate("detector_refresh.learning_rate", self.learning_rate)
         check(0.0 <= self.replay_fraction < 1.0,
               f"detector_refresh.replay_fraction={self.replay_fraction}; expected [0, 1)")
         check(0.0 <= self.holdout < 1.0,

@@ -29,7 +29,8 @@ class TaskOptions:
         render_quality: ``fast`` or ``high`` for pixel observations.
         physics: Physics preset: ``default`` or ``fast`` (5 ms x 8 physics steps per control step
             instead of 2 ms x 20: faster, other numbers; docs/tasks.md).
-        max_episode_steps: Episode length; ``None`` keeps the task's own.
+        max_episode_steps: Episode length, at most ``tasks.config.MAX_EPISODE_STEPS`` (10^6);
+            ``None`` keeps the task's own.
         terminate_on_success: End episodes on success.
         difficulty: Difficulty of resets that get none (evaluation's default).
         reward_weights: Overrides of the task's reward-term weights.

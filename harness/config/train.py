@@ -20,6 +20,7 @@ from harness.config.blocks import (
     LoggerConfig,
     VerifierConfig,
 )
+from harness.config.bounds import MAX_SEED, MAX_TIMESTEPS, check_count, max_processes
 from harness.config.curriculum import CurriculumConfig
 from harness.config.errors import ConfigError, check
 from harness.config.policy import POLICIES_BY_FAMILY, POLICY_OBS_KEY, PolicyConfig
@@ -52,16 +53,19 @@ class TrainConfig:
         detector_refresh: In-run hard-negative mining of a learned verifier (group trainer).
         adr: Automatic domain randomisation of training episodes (off by default; never
             evaluation's).
-        seed: Seed of the algorithm, the networks and the training environments.
+        seed: Seed of the algorithm, the networks and the training environments, in
+            [0, 2^32 - 1].
         total_timesteps: SB3's budget: environment steps to train for (a resumed run counts
-            from its start); ``None``: ``SB3_DEFAULT_TIMESTEPS``, resolved here. Group
-            algorithms count their budget in ``algo.iterations`` and refuse it.
+            from its start; at most 10^12); ``None``: ``SB3_DEFAULT_TIMESTEPS``, resolved here.
+            Group algorithms count their budget in ``algo.iterations`` and refuse it.
         max_minutes: A guard, not a budget: stop training after this wall-clock time
             (``None``: no limit).
-        n_envs: SB3's parallel training environments (subprocesses when > 1); ``None``: 1,
+        n_envs: SB3's parallel training environments (subprocesses when > 1; at most 8 per
+            CPU of this machine, ``harness.config.bounds.PROCESSES_PER_CPU``); ``None``: 1,
             resolved here. Group algorithms refuse it (their rollouts run on
             ``algo.workers``).
-        checkpoint_every_steps: Steps between ``checkpoints/latest`` saves (also saved at the end).
+        checkpoint_every_steps: Steps between ``checkpoints/latest`` saves (also saved at the
+            end); at most 10^12.
         resume: Continue the run in this run directory from ``checkpoints/latest``.
         overwrite: Start afresh in a run directory that holds an earlier run which cannot be
             resumed (no ``checkpoints/latest``): its files are moved to
@@ -72,7 +76,8 @@ class TrainConfig:
             which score each attempt by the verifier's binary verdict and refuse ``dense``.
         device: Torch device of the networks: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or
             ``auto`` (the first available of cuda, mps, cpu).
-        torch_threads: Torch threads of the main process (workers always use one).
+        torch_threads: Torch threads of the main process (workers always use one); at most
+            8 per CPU of this machine.
     """
 
     task: TaskOptions = field(default_factory=TaskOptions)
@@ -101,12 +106,11 @@ class TrainConfig:
         for name, value in _numbers(self):
             check(math.isfinite(value), f"{name}={value}; must be a finite number")
         self._check_family_options()
-        check(self.torch_threads >= 1, f"torch_threads={self.torch_threads}; must be >= 1")
-        check(self.checkpoint_every_steps >= 1,
-              f"checkpoint_every_steps={self.checkpoint_every_steps}; must be >= 1")
+        check_count("torch_threads", self.torch_threads, 1, max_processes())
+        check_count("checkpoint_every_steps", self.checkpoint_every_steps, 1, MAX_TIMESTEPS)
         check(self.max_minutes is None or self.max_minutes > 0,
               f"max_minutes={self.max_minutes}; must be > 0 or null")
-        check(self.seed >= 0, f"seed={self.seed}; must be >= 0")
+        check_count("seed", self.seed, 0, MAX_SEED)
         check(self.reward in REWARDS, f"reward={self.reward!r}; choose one of {REWARDS}")
         check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
               f"device={self.device!r}; expected cpu, cuda, cuda:N, mps or auto")
@@ -154,9 +158,8 @@ class TrainConfig:
                 self.total_timesteps = SB3_DEFAULT_TIMESTEPS
             if self.n_envs is None:
                 self.n_envs = 1
-            check(self.total_timesteps >= 1,
-                  f"total_timesteps={self.total_timesteps}; must be >= 1")
-            check(self.n_envs >= 1, f"n_envs={self.n_envs}; must be >= 1")
+            check_count("total_timesteps", self.total_timesteps, 1, MAX_TIMESTEPS)
+            check_count("n_envs", self.n_envs, 1, max_processes())
             return
         check(self.total_timesteps is None,
               f"total_timesteps={self.total_timesteps} with algo={self.algo.name!r}: group "

@@ -21,45 +21,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.demos import ACTION_DIM, Demos
+from harness.demos import Demos
 from harness.lerobot import layout
+from harness.lerobot.checks import (
+    contained,
+    read_episodes,
+    read_info,
+    read_json,
+    validate_dataset,
+)
 from harness.lerobot.layout import ACTION, DONE, IMAGES, REWARD
 from harness.lerobot.video import decode_video
 from tasks.language import MAX_TOKENS, tokenize
 
-REQUIRED_INFO: tuple[str, ...] = ("fps", "features", "data_path", "total_episodes",
-                                  "total_frames")
-
-
-def read_info(root: str | os.PathLike) -> dict[str, Any]:
-    """The ``meta/info.json`` of a LeRobot dataset folder, checked to be of v3.0.
-
-    Raises:
-        FileNotFoundError: ``root`` is not a folder.
-        ValueError: No readable ``meta/info.json``, another ``codebase_version`` than v3.0, or
-            a key LeRobot needs is missing.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"no LeRobot dataset folder at {root}")
-    path = root / layout.INFO_PATH
-    if not path.is_file():
-        raise ValueError(f"{root} is not a LeRobot dataset: it has no {layout.INFO_PATH}")
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{path} is not readable JSON: {error}") from None
-    version = info.get("codebase_version") if isinstance(info, dict) else None
-    if version != layout.CODEBASE_VERSION:
-        raise ValueError(
-            f"{root} is a LeRobot dataset of codebase_version={version!r}; only "
-            f"{layout.CODEBASE_VERSION!r} is read (LeRobot's convert_dataset_v21_to_v30 "
-            "converts v2.1 folders)")
-    missing = [key for key in REQUIRED_INFO if key not in info]
-    if missing:
-        raise ValueError(f"{path} lacks {missing}")
-    return info
-
+# read_info and validate_dataset are the checks the config runs on algo.bc_dataset.
+__all__ = ["load_lerobot", "read_info", "validate_dataset"]
 
 def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | None = None,
                  shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -81,12 +57,14 @@ def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | No
 
     Raises:
         FileNotFoundError: ``root`` is not a folder.
-        ValueError: Not a v3.0 dataset; a feature, file or column the keys need is missing or
-            damaged; a shape differs from ``shapes``; or a task's words are not in the task
-            vocabulary (:data:`tasks.language.VOCAB`).
+        ValueError: Not a v3.0 dataset, or damaged (:func:`harness.lerobot.checks.validate_dataset`:
+            paths leaving the folder, malformed features, columns of the wrong shape,
+            non-finite or out-of-bounds values); a feature the keys need is missing; a shape
+            differs from ``shapes``; or a task's words are not in the task vocabulary
+            (:data:`tasks.language.VOCAB`).
     """
     root = Path(root)
-    info = read_info(root)
+    info = validate_dataset(root)
     features = info["features"]
     extra = _read_extra(root)
     sources = _sources(root, features, camera)
@@ -97,7 +75,7 @@ def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | No
     video = sources["pixels"] if "pixels" in wanted else None
     if video is not None and features[video]["dtype"] != "video":
         video = None  # frames stored as images in the data files
-    episodes = _read_episodes(root, video)
+    episodes = read_episodes(root, info)
     columns = [name for name in (ACTION, REWARD, DONE, *(sources[k] for k in wanted
                                                          if k in layout.VECTOR_KEYS))
                if name in features]
@@ -153,18 +131,13 @@ def _observation(root: Path, info: dict[str, Any], key: str, source: str, video:
 
 def _check_features(root: Path, features: dict[str, Any], sources: dict[str, str],
                     wanted: list[str], shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """Raise ``ValueError`` unless ``features`` give every wanted key, in the shape asked for,
-    and an action of our tasks' size."""
+    """Raise ``ValueError`` unless ``features`` give every wanted key, in the shape asked for."""
     missing = sorted(set(wanted) - set(sources))
     if missing:
         needs = {"proprio": layout.STATE, "state": layout.ENVIRONMENT_STATE,
                  "pixels": f"{IMAGES}<camera>"}
         raise ValueError(f"{root} lacks the feature(s) {[needs.get(k, k) for k in missing]} for "
                          f"observation key(s) {missing}; it has {sorted(features)}")
-    action = features.get(ACTION)
-    if action is None or list(action["shape"]) != [ACTION_DIM]:
-        raise ValueError(f"{root}: feature {ACTION!r} is {action}; our tasks take "
-                         f"{ACTION_DIM} values (dx, dy, dz, gripper)")
     for key in wanted:
         if key not in shapes:
             continue
@@ -176,13 +149,8 @@ def _check_features(root: Path, features: dict[str, Any], sources: dict[str, str
 
 def _read_extra(root: Path) -> dict[str, Any]:
     """Our ``meta/vla_rl_harness.json``, or ``{}`` for datasets written by others."""
-    path = root / layout.HARNESS_PATH
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{path} is not readable JSON: {error}") from None
+    path = contained(root, layout.HARNESS_PATH, "the dataset's")
+    return read_json(path) if path.is_file() else {}
 
 
 def _sources(root: Path, features: dict[str, Any], camera: str | None) -> dict[str, str]:
@@ -213,26 +181,6 @@ def _read_table(root: Path, relative: str, columns: list[str] | None = None) -> 
     if absent:
         raise ValueError(f"{path} lacks the column(s) {absent}")
     return table.select(columns) if columns is not None else table
-
-
-def _read_episodes(root: Path, video: str | None) -> dict[str, np.ndarray]:
-    """Episode columns (not their statistics; where ``video``'s frames are, if given), sorted by
-    ``episode_index``."""
-    columns = ["episode_index", "length", "data/chunk_index", "data/file_index"]
-    if video is not None:
-        columns += [f"videos/{video}/{key}" for key in ("chunk_index", "file_index",
-                                                         "from_timestamp")]
-    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
-    if not files:
-        raise ValueError(f"{root} lacks {layout.EPISODES_PATH.format(chunk_index=0, file_index=0)}"
-                         " (no episode table)")
-    table = pa.concat_tables([_read_table(root, str(f.relative_to(root)), columns)
-                              for f in files])
-    episodes = {name: table[name].to_numpy() for name in columns}
-    if not len(episodes["episode_index"]):
-        raise ValueError(f"{root} holds no episodes")
-    order = np.argsort(episodes["episode_index"], kind="stable")
-    return {name: values[order] for name, values in episodes.items()}
 
 
 def _read_frames(root: Path, info: dict[str, Any], episodes: dict[str, np.ndarray],
