@@ -12,10 +12,9 @@ replacing its own whole (:func:`harness.evaluation.override_task_options`), e.g.
 what the policy sees (``obs_mode``, ``camera``, ``image_size``) stay the exported ones, and the
 observations must keep the shapes the graph takes. By default it plays the training run's
 held-out evaluation seeds and difficulties, as ``scripts/evaluate.py`` does on the source
-checkpoint. Prints the success rate
-with its 95% Wilson interval, a per-difficulty table, and the per-control-step latency (p50, p99,
-max) of the policy alone and of the full step (policy, then physics and camera) against the
-control period.
+checkpoint. Prints the success rate with its 95% Wilson interval, a per-difficulty table, and the
+per-control-step latency (p50, p99, max) of the policy alone and of the full step (policy, then
+physics and camera) against the control period.
 """
 
 from __future__ import annotations
