@@ -18,7 +18,13 @@ import gymnasium as gym
 import torch
 
 import tasks
-from harness.evaluation import EnvFactory, EvaluationResult, PolicyFn, evaluate
+from harness.evaluation import (
+    EnvFactory,
+    EvaluationResult,
+    PolicyFn,
+    evaluate,
+    override_task_options,
+)
 from harness.runs import resolve_checkpoint
 from harness.trainers import trainer_class
 
@@ -56,54 +62,15 @@ def load_policy(
     return trainer.load_policy(checkpoint, metadata, device, sampled=sampled)
 
 
-# Blocks of the task options that a domain may replace: what the world does, not what the
-# policy sees (the observation mode, camera and image size stay the checkpoint's).
-DOMAIN_BLOCKS = ("randomization", "imperfections")
-
-
-def domain_options(task: str, options: Mapping[str, Any],
-                   domain: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Task options ``options`` with the blocks ``domain`` names in place of theirs.
-
-    Args:
-        task: The task's name, for the validation and its messages.
-        options: Options of ``tasks.make`` (a checkpoint's ``task_options``).
-        domain: ``{"randomization": {...}, "imperfections": {...}}``, fields of
-            ``tasks.RandomizationConfig`` and ``tasks.ImperfectionConfig``. A block it names
-            replaces the trained one whole (``{}``: off, the nominal world); a block it omits
-            stays as trained. ``None``: ``options`` unchanged.
-
-    Returns:
-        The options, validated by ``tasks.TaskConfig``.
+def task_env_factory(metadata: dict[str, Any], render: bool = False,
+                     task_overrides: Mapping[str, Any] | None = None) -> EnvFactory:
+    """Factory of the task environment a checkpoint was trained on (raw observations), with
+    ``task_overrides`` over its task options (:func:`harness.evaluation.override_task_options`).
 
     Raises:
-        ValueError: A key other than :data:`DOMAIN_BLOCKS`, an unknown field or a bad value
-            (an unknown randomisation option, a range with low > high), naming it.
+        ValueError: A bad override, naming it (checked here, before any environment is built).
     """
-    options = dict(options)
-    if domain is None:
-        return options
-    unknown = sorted(set(domain) - set(DOMAIN_BLOCKS))
-    if unknown:
-        raise ValueError(f"domain: unknown block(s) {unknown}; a domain replaces "
-                         f"{list(DOMAIN_BLOCKS)}")
-    for block, fields in domain.items():
-        if not isinstance(fields, Mapping):
-            raise ValueError(f"domain: {block}={fields!r}; expected a mapping of its fields "
-                             "({} for off)")
-        options[block] = dict(fields)
-    try:
-        tasks.TaskConfig.from_options(task, options)
-    except ValueError as error:
-        raise ValueError(f"domain: {error}") from None
-    return options
-
-
-def task_env_factory(metadata: dict[str, Any], render: bool = False,
-                     domain: Mapping[str, Any] | None = None) -> EnvFactory:
-    """Factory of the task environment a checkpoint was trained on (raw observations), in
-    ``domain`` when given (:func:`domain_options`)."""
-    options = domain_options(metadata["task"], metadata["task_options"], domain)
+    options = override_task_options(metadata["task"], metadata["task_options"], task_overrides)
 
     def factory() -> gym.Env:
         return tasks.make(metadata["task"], render_mode="rgb_array" if render else None, **options)
@@ -120,12 +87,11 @@ def evaluate_checkpoint(
     device: str = "cpu",
     sampled: bool = False,
     reference: bool = False,
-    domain: Mapping[str, Any] | None = None,
+    task_overrides: Mapping[str, Any] | None = None,
     wrap: Callable[[gym.Env], gym.Env] | None = None,
-    max_episode_steps: int | None = None,
 ) -> tuple[EvaluationResult, dict[str, Any]]:
-    """Evaluate a saved checkpoint on the task it was trained on, in its training domain or in
-    ``domain``.
+    """Evaluate a saved checkpoint on the task it was trained on, with its task options or
+    with ``task_overrides`` over them.
 
     Args:
         checkpoint: Anything :func:`harness.runs.resolve_checkpoint` accepts.
@@ -137,15 +103,16 @@ def evaluate_checkpoint(
         sampled: Sample actions instead of taking the greedy one (see :func:`load_policy`);
             the sampling is seeded by ``seed``, so a rerun gives the same result.
         reference: Group-trainer checkpoints: evaluate the stored start policy.
-        domain: Replaces the training run's ``randomization`` and/or ``imperfections`` blocks
-            (:func:`domain_options`); the seeds stay the same, but a randomised reset draws its
-            parameters before the start state, so the start states differ from the nominal
-            domain's.
+        task_overrides: Task options in place of the training run's, each replacing its own
+            whole (:func:`harness.evaluation.override_task_options`): e.g.
+            ``{"imperfections": {"action_latency": 2}}``, ``{"randomization": {}}`` (off) or
+            ``{"max_episode_steps": 100}`` (each episode's step limit; without it, the training
+            run's evaluation limit ``eval.max_episode_steps``, else its training limit). The
+            seeds stay the same, but a randomised reset draws its parameters before the start
+            state, so the start states differ from the unrandomised ones.
         wrap: Wraps each environment the evaluation builds (e.g.
             :class:`harness.outcomes.OutcomeRecorder`); it must leave observations and actions
             as they are.
-        max_episode_steps: Each episode's step limit; defaults to the training run's evaluation
-            limit (``eval.max_episode_steps``), else its training limit.
 
     Returns:
         ``(result, metadata)``.
@@ -153,10 +120,11 @@ def evaluate_checkpoint(
     Raises:
         harness.runs.CheckpointError: Missing or corrupt checkpoint.
         ValueError: ``reference`` for a checkpoint without a reference policy, or a bad
-            ``domain`` (checked before the policy is loaded).
+            ``task_overrides`` (checked before the policy is loaded).
     """
     path, metadata = resolve_checkpoint(checkpoint)
-    make_env = task_env_factory(metadata, render=video_episodes > 0, domain=domain)
+    make_env = task_env_factory(metadata, render=video_episodes > 0,
+                                task_overrides=task_overrides)
     env_factory = make_env if wrap is None else (lambda: wrap(make_env()))
     policy_fn = load_policy(path, metadata, device, sampled=sampled, reference=reference)
     evaluation = metadata.get("evaluation", {})
@@ -166,8 +134,9 @@ def evaluate_checkpoint(
         ]
     if seed is None:
         seed = int(evaluation.get("seed", 1_000_000))
-    if max_episode_steps is None:
-        max_episode_steps = evaluation.get("max_episode_steps")
+    # The evaluation's limit is a reset option, which would override the environment's own.
+    max_episode_steps = (None if "max_episode_steps" in (task_overrides or {})
+                         else evaluation.get("max_episode_steps"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         result = evaluate(policy_fn, env_factory, episodes, list(difficulties), seed,

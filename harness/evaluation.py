@@ -3,22 +3,80 @@
 :func:`evaluate` is the generic core: a policy function (observation dict -> action), a factory of
 task environments, held-out seeds and difficulties. Every trainer uses it, for periodic and final
 evaluation, with its own policies; ``harness.checkpoints`` adds the checkpoint side
-(``scripts/evaluate.py``).
+(``scripts/evaluate.py``), and :func:`override_task_options` the task options a trained policy is
+evaluated or deployed with (``+task.<option>=`` of ``scripts/evaluate.py`` and
+``scripts/deploy_policy.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+import tasks
 from harness_common.stats import wilson_interval
 
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 EnvFactory = Callable[[], gym.Env]
+
+# Task options that fix what a trained policy sees: its network takes that observation, so an
+# evaluation or a deployment keeps them as trained while the world around it may change.
+OBSERVATION_OPTIONS = ("obs_mode", "camera", "image_size")
+# Options given elsewhere in the apps that take overrides: the reset's difficulty is theirs.
+ELSEWHERE = {"difficulty": "difficulties=[...]"}
+# Options whose value is a mapping of fields (``{}``: every field at its default).
+BLOCK_OPTIONS = ("randomization", "imperfections", "reward_weights")
+
+
+def override_task_options(task: str, options: Mapping[str, Any],
+                          overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A trained policy's task options with ``overrides`` in place.
+
+    Each option that ``overrides`` names replaces the trained one whole: a block such as
+    ``{"imperfections": {"action_latency": 2}}`` is that block (its other fields off, as a
+    training run's ``task.imperfections.action_latency=2`` gives), and ``{"randomization": {}}``
+    turns randomisation off.
+
+    Args:
+        task: The task's name, for the validation and its messages.
+        options: Options of ``tasks.make`` the policy was trained (or exported) with.
+        overrides: Options of :class:`tasks.TaskConfig` to change (``None``: none).
+
+    Returns:
+        The options, validated by :class:`tasks.TaskConfig`.
+
+    Raises:
+        ValueError: An unknown option or field, a bad value, a block that is not a mapping, an
+            option of :data:`OBSERVATION_OPTIONS` that differs from the trained one, or one of
+            :data:`ELSEWHERE`, each named as ``task.<option>``.
+    """
+    overrides = dict(overrides or {})
+    for key, spelling in ELSEWHERE.items():
+        if key in overrides:
+            raise ValueError(f"task.{key}={overrides[key]!r}: the episodes' difficulty is "
+                             f"given by {spelling}, not by the task options")
+    for key in BLOCK_OPTIONS:
+        if key in overrides and not isinstance(overrides[key], Mapping):
+            raise ValueError(f"task.{key}={overrides[key]!r}; expected a mapping of its "
+                             f"fields ({{}}: all off), e.g. +task.{key}.<field>=<value>")
+    merged = {**options, **{key: dict(value) if isinstance(value, Mapping) else value
+                            for key, value in overrides.items()}}
+    try:
+        trained = tasks.TaskConfig.from_options(task, dict(options))
+        config = tasks.TaskConfig.from_options(task, merged)
+    except ValueError as error:
+        raise ValueError(f"task: {error}") from None
+    for key in OBSERVATION_OPTIONS:
+        if key in overrides and getattr(config, key) != getattr(trained, key):
+            raise ValueError(
+                f"task.{key}={overrides[key]!r} would change what the policy sees; "
+                f"{', '.join(OBSERVATION_OPTIONS)} stay as trained ({key}="
+                f"{getattr(trained, key)!r}): train or export a policy for that observation")
+    return merged
 
 
 @dataclass(frozen=True)

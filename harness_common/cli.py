@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 # ``key=value``, ``+key=value``, ``++key=value``, ``~key=value``: an override, not a flag's value.
@@ -15,14 +15,18 @@ OVERRIDE_KEY = re.compile(r"(\+\+|\+|~)?[A-Za-z_][\w.@/-]*")
 UNQUOTED_VALUE = re.compile(r"[\w/\\+.$%*@?|:-]*", re.ASCII)
 
 
-def run_app(app: Callable[[], object], argv: Sequence[str] | None = None) -> int:
+def run_app(app: Callable[[], object], argv: Sequence[str] | None = None,
+            renamed: Mapping[str, str] | None = None) -> int:
     """Run the ``@hydra.main`` function ``app`` on ``argv`` (default: the command line) and
     return its exit status: 0, or the status of the ``SystemExit`` it raised; a message
     (``sys.exit("...")``) goes to stderr with status 1, as the interpreter would print it. Path
-    arguments are quoted first (:func:`quote_paths`); ``sys.argv`` is restored afterwards."""
+    arguments are quoted first (:func:`quote_paths`); ``sys.argv`` is restored afterwards. An
+    override of a key in ``renamed`` is refused first (:func:`refuse_renamed`)."""
     saved = sys.argv
-    sys.argv = [saved[0], *quote_paths(saved[1:] if argv is None else argv)]
+    args = saved[1:] if argv is None else list(argv)
+    sys.argv = [saved[0], *quote_paths(args)]
     try:
+        refuse_renamed(args, renamed or {})
         app()
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
@@ -32,6 +36,36 @@ def run_app(app: Callable[[], object], argv: Sequence[str] | None = None) -> int
     finally:
         sys.argv = saved
     return 0
+
+
+def refuse_renamed(args: Sequence[str], renamed: Mapping[str, str]) -> None:
+    """Refuse an override of a key that an app spells otherwise now, giving the new spelling.
+
+    Hydra would only say that the key is not in the app's config; this names the one to write.
+
+    Args:
+        args: Command-line arguments (``key=value``, ``+key.field=value``, flags).
+        renamed: Old key -> the key that replaces it, e.g. ``{"imperfections":
+            "task.imperfections", "task_options": "task"}``.
+
+    Raises:
+        SystemExit: An override of an old key or of a field below it; the message gives the
+            override in the new spelling (``+task.imperfections.action_latency=2``).
+    """
+    for arg in args:
+        key, equals, value = arg.partition("=")
+        if arg.startswith("-") or not OVERRIDE_KEY.fullmatch(key):
+            continue
+        old, dot, field = key.lstrip("+~").partition(".")
+        if old not in renamed:
+            continue
+        new = renamed[old] + dot + field
+        if not equals or (not field and value.startswith("{")):
+            spelling = f"+{new}.<field>=<value>, one override per field"
+        else:
+            spelling = f"+{new}={value}"
+        raise SystemExit(f"{arg}: '{old}' is no key of this app; write {spelling} "
+                         f"(task.<option> overrides the task's options in every app)")
 
 
 def quote_paths(args: Sequence[str]) -> list[str]:

@@ -67,8 +67,9 @@ def play(checkpoint: Path, episodes: int, reference: bool,
         recorders.append(OutcomeRecorder(env))
         return recorders[-1]
 
+    overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     result, _ = evaluate_checkpoint(checkpoint, episodes, reference=reference, wrap=wrap,
-                                    max_episode_steps=max_episode_steps)
+                                    task_overrides=overrides)
     outcomes = [o for recorder in recorders for o in recorder.outcomes]
     if [o.success for o in outcomes] != [e.success for e in result.episodes]:
         raise RuntimeError(f"{checkpoint}: the recorded outcomes disagree with the evaluation")

@@ -69,8 +69,9 @@ def breakdown_domains(held_out: Mapping[str, Any], trained: Mapping[str, Any]
         trained: The imperfections the run trained with (``{}`` for none).
 
     Returns:
-        ``{name: domain}``, domains as :func:`harness.checkpoints.domain_options` takes them,
-        in the order of the table.
+        ``{name: domain}``, each domain task options over the run's as
+        :func:`harness.evaluation.override_task_options` takes them (a block replaces the run's
+        whole), in the order of the table.
     """
     randomization = held_out.get("randomization")
     imperfections = held_out.get("imperfections")
@@ -111,7 +112,7 @@ def play_run(row: Mapping[str, Any], held_out: Mapping[str, Any], episodes: int,
     trained = metadata["task_options"].get("imperfections") or {}
     out = {}
     for name, domain in breakdown_domains(held_out, trained).items():
-        result, _ = evaluate_checkpoint(checkpoint, episodes, seed=seed, domain=domain)
+        result, _ = evaluate_checkpoint(checkpoint, episodes, seed=seed, task_overrides=domain)
         out[name] = {"successes": result.successes, "episodes": len(result.episodes),
                      "mean_length": result.mean_length, "domain": domain}
     return out
@@ -128,7 +129,7 @@ def play_expert(row: Mapping[str, Any], held_out: Mapping[str, Any], episodes: i
         metadata["task_options"].get("difficulty", 1.0)]
     out = {}
     for name, domain in breakdown_domains(held_out, {}).items():
-        factory = task_env_factory(metadata, domain=domain)
+        factory = task_env_factory(metadata, task_overrides=domain)
         envs: list[Any] = []
 
         def make_env(factory=factory, envs=envs):

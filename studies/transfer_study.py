@@ -12,7 +12,7 @@ Two arms train with the same seed, task, algorithm and budget (``total_timesteps
 
 Each arm's final policy (``checkpoints/latest``, greedy) is then evaluated on the same test
 seeds (the run's ``eval.seed``, ``--episodes`` of them) in two domains
-(``harness.checkpoints.evaluate_checkpoint(domain=...)``):
+(``harness.checkpoints.evaluate_checkpoint(task_overrides=...)``):
 
 * **nominal**: randomisation and imperfections off;
 * **held-out**: ``--held-out`` (default :data:`HELD_OUT`): randomisation ranges wider than ADR's
@@ -49,8 +49,9 @@ from matplotlib.figure import Figure
 
 import tasks
 from harness import trainers
-from harness.checkpoints import domain_options, evaluate_checkpoint
+from harness.checkpoints import evaluate_checkpoint
 from harness.config import ConfigError, TrainConfig, compose
+from harness.evaluation import override_task_options
 from harness_common.files import read_metrics, write_json
 from harness_common.plots import save_figure
 from harness_common.stats import wilson_interval
@@ -204,19 +205,21 @@ def adr_defaults(task: str, imperfections: Mapping[str, Any]) -> dict[str, tuple
             if name in present}
 
 
-def held_out_domain(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, dict[str, Any]]:
-    """The held-out domain, validated against the task (``domain_options``).
+def held_out_domain(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, Any]:
+    """The held-out domain, validated against the task (``override_task_options``).
 
     Raises:
-        ValueError: A block other than randomization/imperfections, an unknown field or a bad
-            value (a range with low > high), naming it.
+        ValueError: An unknown option or field, a bad value (a range with low > high) or an
+            option that changes what the policy sees (``obs_mode``, ``camera``, ``image_size``),
+            naming it.
     """
     domain = (key_values(args.held_out, "--held-out") if args.held_out is not None
               else HELD_OUT)
-    domain = {block: dict(fields) for block, fields in domain.items()}
+    domain = {key: dict(value) if isinstance(value, Mapping) else value
+              for key, value in domain.items()}
     if isinstance(domain.get("randomization"), dict):
         domain["randomization"] = {"enabled": True, **domain["randomization"]}
-    domain_options(cfg.task.name, cfg.task.env_options(), domain)
+    override_task_options(cfg.task.name, cfg.task.env_options(), domain)
     return domain
 
 
@@ -226,7 +229,7 @@ def evaluate_arm(run_dir: Path, args: argparse.Namespace,
     checkpoint = run_dir / "checkpoints" / "latest.json"
     row: dict[str, Any] = {}
     for name, domain in (("nominal", NOMINAL), ("held_out", held_out)):
-        result, _ = evaluate_checkpoint(checkpoint, args.episodes, domain=domain)
+        result, _ = evaluate_checkpoint(checkpoint, args.episodes, task_overrides=domain)
         row[f"{name}_successes"] = result.successes
         row[f"{name}_success"] = result.success_rate
         row[f"{name}_interval"] = list(result.success_interval)

@@ -182,6 +182,28 @@ def test_evaluate_sweeps_with_multirun(tiny_run, tmp_path):
     assert len(list((tmp_path / "sweep").glob("*/.hydra"))) == 2
 
 
+def test_evaluate_takes_task_options_spelt_as_in_train(tiny_run, tmp_path):
+    """``+task.<option>`` over the run's task options changes the episodes played (a shorter
+    step limit, an action latency) and is recorded; what the policy sees cannot change."""
+    def evaluated(name: str, *overrides: str) -> dict:
+        output = tmp_path / f"{name}.json"
+        run("evaluate", f"checkpoint={tiny_run}", "episodes=2", f"output={output}",
+            f"hydra.run.dir={tmp_path / name}", *overrides)
+        return json.loads(output.read_text())
+
+    trained = evaluated("trained")
+    short = evaluated("short", "+task.max_episode_steps=3")
+    late = evaluated("late", "+task.imperfections.action_latency=2")
+    assert trained["mean_episode_length"] > 3 == short["mean_episode_length"]
+    assert short["task_overrides"] == {"max_episode_steps": 3}
+    assert late["task_overrides"] == {"imperfections": {"action_latency": 2}}
+    assert late["mean_return"] != trained["mean_return"]  # the held actions took another path
+    done = run("evaluate", f"checkpoint={tiny_run}", "episodes=1", "+task.obs_mode=pixels",
+               f"hydra.run.dir={tmp_path / 'pixels'}", check=False)
+    assert done.returncode == 1
+    assert "task.obs_mode='pixels' would change what the policy sees" in done.stderr
+
+
 def test_collect_demos_then_pretrain_bc_on_tiny_settings(tmp_path):
     from harness.demos import load_demos
 
@@ -206,6 +228,15 @@ def test_collect_demos_then_pretrain_bc_on_tiny_settings(tmp_path):
     ("evaluate", ["checkpoint=x", "episodes=0"], "episodes=0"),
     ("evaluate", ["checkpoint=x", "episods=3"], "episods"),
     ("evaluate", ["episodes=3"], "checkpoint=<path> is required"),
+    # The spellings before task.<option> name the one to write.
+    ("evaluate", ["checkpoint=x", "+imperfections.action_latency=2"],
+     "write +task.imperfections.action_latency=2"),
+    ("evaluate", ["checkpoint=x", "+randomization.friction=[0.3,2]"],
+     "write +task.randomization.friction=[0.3,2]"),
+    ("evaluate", ["checkpoint=x", "randomization={}"], "write +task.randomization.<field>="),
+    ("evaluate", ["checkpoint=x", "max_episode_steps=50"], "write +task.max_episode_steps=50"),
+    ("deploy_policy", ["model=x.onnx", "+task_options.max_episode_steps=100"],
+     "write +task.max_episode_steps=100"),
     ("collect_demos", ["task.obs_mode=pixel"], "obs_mode='pixel'"),
     ("pretrain_bc", ["policy=cnn"], "policy='cnn'"),
     ("train", ["total_timesteps=0"], "total_timesteps=0"),

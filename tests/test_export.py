@@ -192,6 +192,20 @@ def test_the_deploy_script_never_imports_torch(runs, tmp_path):
     assert written["episodes"] == 2 and written["step_ms"]["p99"] > 0
 
 
+def test_deploy_takes_task_options_spelt_as_in_train(runs, tmp_path):
+    """``+task.<option>`` over the exported task options changes the episodes played."""
+    def deployed(name: str, *overrides: str) -> dict:
+        output = tmp_path / f"{name}.json"
+        assert deploy_app.main([f"model={runs['mlp']}.onnx", "episodes=2", f"output={output}",
+                                f"hydra.run.dir={tmp_path / name}", *HYDRA_QUIET,
+                                *overrides]) == 0
+        return json.loads(output.read_text())
+
+    exported, short = deployed("exported"), deployed("short", "+task.max_episode_steps=3")
+    assert exported["mean_episode_length"] > 3 == short["mean_episode_length"]
+    assert short["task_options"]["max_episode_steps"] == 3
+
+
 def fake_checkpoint(run_dir: Path, algo: str, payload: bytes = b"weights") -> Path:
     write_checkpoint(run_dir / "checkpoints", "latest", ".pt" if algo == "grpo" else ".zip",
                      lambda file: file.write(payload),
@@ -258,6 +272,11 @@ def test_deploy_refuses_bad_models_and_tasks_by_name(runs, tmp_path, capsys):
     model = f"model={runs['mlp']}.onnx"
     message = refused(model, "task_name=push")
     assert "'state' of shape (14,)" in message and "(30,)" in message and "'reach'" in message
-    assert "'pixels'" in refused(f"model={runs['tiny_vla']}.onnx", "+task_options.obs_mode=state")
+    assert "task.obs_mode='state' would change what the policy sees" in refused(
+        f"model={runs['tiny_vla']}.onnx", "+task.obs_mode=state")
+    assert "task.camera='side' would change what the policy sees" in refused(
+        f"model={runs['tiny_vla']}.onnx", "+task.camera=side")  # same shape, another view
+    assert "write +task.max_episode_steps=100" in refused(
+        model, "+task_options.max_episode_steps=100")
     assert "unknown task 'nope'" in refused(model, "task_name=nope")
     assert "difficulties=[2.0]" in refused(model, "difficulties=[2.0]")

@@ -292,19 +292,20 @@ def test_hydra_configs_compose():
         held_out = compose("collect_detector_data",
                            overrides=["task.camera=front+wrist", "visual_domain=held_out"])
         assert held_out.splits == [0.0, 0.0, 1.0] and held_out.seed == 1
-        assert held_out.randomization.textures and held_out.out.endswith(
+        assert held_out.task.randomization.textures and held_out.out.endswith(
             "push_front+wrist_84_held_out.h5")
-        assert held_out.randomization.texture_set == 1
+        assert held_out.task.randomization.texture_set == 1
         randomized = compose("collect_detector_data",
                              overrides=["task.camera=front+wrist", "visual_domain=randomized"])
         assert randomized.splits == [0.7, 0.15, 0.15] and randomized.seed == 0
-        assert randomized.randomization.texture_set == 0 and randomized.out.endswith(
+        assert randomized.task.randomization.texture_set == 0 and randomized.out.endswith(
             "push_front+wrist_84_randomized.h5")
         # the held-out domain's lights go beyond the training domain's
-        assert held_out.randomization.light_count[1] > randomized.randomization.light_count[1]
-        assert held_out.randomization.light_direction > randomized.randomization.light_direction
+        held, trained = held_out.task.randomization, randomized.task.randomization
+        assert held.light_count[1] > trained.light_count[1]
+        assert held.light_direction > trained.light_direction
         nominal = compose("collect_detector_data")
-        assert nominal.randomization == {} and nominal.seed == 0
+        assert nominal.task.randomization == {} and nominal.seed == 0
         mine = compose("mine_hard_negatives", overrides=["checkpoint=a.pt", "data=a.h5"])
         MineConfig(**{k: v for k, v in mine.items() if k != "hydra"})
         evaluate = compose("evaluate_detector", overrides=["checkpoint=a.pt", "data=[a.h5]"])

@@ -1,5 +1,6 @@
-"""Sim-to-sim transfer: evaluation in a replaced domain (``harness.checkpoints.domain_options``,
-``scripts/evaluate.py domain=...``), the ratio interval against hand-worked numbers, and the
+"""Sim-to-sim transfer: evaluation with task options over the trained ones
+(``harness.evaluation.override_task_options``, ``scripts/evaluate.py domain=... +task.<option>=``),
+the ratio interval against hand-worked numbers, and the
 study script end to end on a tiny budget (real MuJoCo, real training, real evaluation)."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import math
 import pytest
 
 import tasks
-from harness.checkpoints import domain_options, task_env_factory
+from harness.checkpoints import task_env_factory
 from harness.config import ConfigError
+from harness.evaluation import override_task_options
 from harness.runs import resolve_checkpoint
 
 study = importlib.import_module("studies.transfer_study")
@@ -64,19 +66,35 @@ def test_adr_scales_the_imperfections_trained_with_and_never_reaches_the_held_ou
 
 
 # --- the domain of an evaluation ------------------------------------------------------------
-def test_domain_options_replace_named_blocks_and_name_bad_values():
+def test_task_overrides_replace_named_options_and_name_bad_values():
     trained = {"obs_mode": "state", "imperfections": {"action_noise": 0.1}, "randomization": {}}
-    assert domain_options("reach", trained) == trained
-    nominal = domain_options("reach", trained, {"randomization": {}, "imperfections": {}})
+    assert override_task_options("reach", trained) == trained
+    nominal = override_task_options("reach", trained, {"randomization": {}, "imperfections": {}})
     assert nominal == {"obs_mode": "state", "imperfections": {}, "randomization": {}}
-    latency = domain_options("reach", trained, {"imperfections": {"action_latency": 2}})
+    latency = override_task_options("reach", trained, {"imperfections": {"action_latency": 2},
+                                                       "max_episode_steps": 7, "physics": "fast"})
     assert latency["imperfections"] == {"action_latency": 2}  # replaced whole, not merged
-    with pytest.raises(ValueError, match=r"unknown randomization option\(s\) \['frction'\]"):
-        domain_options("reach", trained, {"randomization": {"frction": [0.5, 2.0]}})
-    with pytest.raises(ValueError, match=r"randomization.friction=\(2.0, 0.5\); expected 0 < low"):
-        domain_options("reach", trained, {"randomization": {"friction": [2.0, 0.5]}})
-    with pytest.raises(ValueError, match=r"unknown block\(s\) \['physics'\]"):
-        domain_options("reach", trained, {"physics": {}})
+    assert (latency["max_episode_steps"], latency["physics"]) == (7, "fast")
+    # What the policy sees may be named, at the trained value only.
+    assert override_task_options("reach", trained, {"obs_mode": "state", "camera": "front"})
+    refused = [
+        ({"randomization": {"frction": [0.5, 2.0]}},
+         r"task: unknown randomization option\(s\) \['frction'\]"),
+        ({"randomization": {"friction": [2.0, 0.5]}},
+         r"randomization.friction=\(2.0, 0.5\); expected 0 < low"),
+        ({"max_episode_steps": 0}, r"max_episode_steps=0; expected an integer >= 1"),
+        ({"physiks": "fast"}, r"unknown option\(s\) \['physiks'\] for task 'reach'"),
+        ({"imperfections": 2}, r"task.imperfections=2; expected a mapping of its fields"),
+        ({"obs_mode": "pixels"}, r"task.obs_mode='pixels' would change what the policy sees;"
+                                 r" obs_mode, camera, image_size stay as trained \(obs_mode="
+                                 r"'state'\)"),
+        ({"camera": "side"}, r"task.camera='side' would change what the policy sees"),
+        ({"image_size": 64}, r"task.image_size=64 would change what the policy sees"),
+        ({"difficulty": 0.5}, r"task.difficulty=0.5: .* given by difficulties=\[...\]"),
+    ]
+    for overrides, message in refused:
+        with pytest.raises(ValueError, match=message):
+            override_task_options("reach", trained, overrides)
 
 
 # --- the study, end to end ------------------------------------------------------------------
@@ -122,9 +140,9 @@ def test_the_robust_arm_trains_with_imperfections_and_is_evaluated_without(tiny_
     _, metadata = resolve_checkpoint(out / "adr_imperfections_seed0" / "checkpoints" /
                                      "latest.json")
     assert metadata["task_options"]["imperfections"] == study.TRAIN_IMPERFECTIONS
-    nominal = task_env_factory(metadata, domain=study.NOMINAL)()
+    nominal = task_env_factory(metadata, task_overrides=study.NOMINAL)()
     assert nominal is nominal.unwrapped  # no wrapper at all
-    held_out = task_env_factory(metadata, domain=study.HELD_OUT)()
+    held_out = task_env_factory(metadata, task_overrides=study.HELD_OUT)()
     config = held_out.unwrapped.config
     assert config.randomization.enabled
     assert config.randomization.friction == tuple(study.HELD_OUT["randomization"]["friction"])
@@ -140,12 +158,12 @@ def test_evaluate_script_plays_the_domain_it_is_given(tiny_study, tmp_path, caps
     report = tmp_path / "eval.json"
     quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]  # no handlers left behind
     assert evaluate_app.main([f"checkpoint={run}", "episodes=2", "domain=nominal",
-                              "+imperfections.action_latency=2", f"output={report}",
+                              "+task.imperfections.action_latency=2", f"output={report}",
                               f"hydra.run.dir={tmp_path / 'eval'}", *quiet]) == 0
-    assert json.loads(report.read_text())["domain"] == {
+    assert json.loads(report.read_text())["task_overrides"] == {
         "randomization": {}, "imperfections": {"action_latency": 2}}
     assert evaluate_app.main([f"checkpoint={run}", "episodes=2",
-                              "+randomization.friction=[2.0,0.5]",
+                              "+task.randomization.friction=[2.0,0.5]",
                               f"hydra.run.dir={tmp_path / 'bad'}", *quiet]) == 1
     assert "randomization.friction=(2.0, 0.5); expected 0 < low <= high" in \
         capsys.readouterr().err
@@ -209,7 +227,7 @@ def test_breakdown_plays_every_run_of_a_study_and_pools_each_arm(tiny_study, tmp
     assert expert["domains"]["nominal"]["successes"] == 2  # the expert reaches every target
     # The expert's cells: its controller on the study's test seeds, as played here by hand.
     settings = result["settings"]
-    options = domain_options("reach", {"max_episode_steps": 15}, settings["held_out"])
+    options = override_task_options("reach", {"max_episode_steps": 15}, settings["held_out"])
     env = tasks.make("reach", **options)
     wins = 0
     for j in range(2):

@@ -368,9 +368,10 @@ def test_evaluation_plays_its_own_step_limit_and_training_keeps_the_tasks(tmp_pa
     assert metadata["evaluation"]["max_episode_steps"] == 9
     result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2)
     assert [e.length for e in result.episodes] == [9, 9]  # the run's limit, by default
-    result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2,
-                                    max_episode_steps=4)
-    assert [e.length for e in result.episodes] == [4, 4]
+    for limit in (4, 12):  # task.max_episode_steps replaces the run's evaluation limit
+        result, _ = evaluate_checkpoint(tmp_path / "run" / "checkpoints" / "latest.json", 2,
+                                        task_overrides={"max_episode_steps": limit})
+        assert [e.length for e in result.episodes] == [limit, limit]
     with pytest.raises(ConfigError, match=r"eval.max_episode_steps=0; must be >= 1 or null"):
         compose("eval.max_episode_steps=0")
 

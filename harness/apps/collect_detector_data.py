@@ -2,10 +2,13 @@
 
 usage: python scripts/collect_detector_data.py task=push episodes=400 [task.image_size=84]
                                                [task.camera=front] [workers=2]
+                                               [+task.randomization.enabled=true]
 
 Rolls out experts, noisy experts, near-miss and random policies over a range of difficulties
 (``conf/collect_detector_data.yaml``), labels each kept frame with the scripted predicate, splits
 by episode and balances classes; see ``success_detectors.data`` for the details and file layout.
+The envs' randomisation block is the task group's ``task.randomization``, as in
+``scripts/train.py`` (``visual_domain=`` sets it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from rich.table import Table
 
 from harness_common.cli import run_app
 
+# The key this app once had, and the one that replaces it (refused with the new spelling).
+RENAMED = {"randomization": "task.randomization"}
+
 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf",
              config_name="collect_detector_data")
@@ -30,7 +36,8 @@ def app(cfg: DictConfig) -> None:
     options = OmegaConf.to_container(cfg, resolve=True)
     out, task = options.pop("out"), options.pop("task")
     config = data.CollectConfig(task=task["name"], camera=task["camera"],
-                                image_size=task["image_size"], **options)
+                                image_size=task["image_size"],
+                                randomization=task["randomization"], **options)
 
     start = time.perf_counter()
     splits = data.build_dataset(config)
@@ -51,7 +58,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, renamed=RENAMED)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ A Hydra app over ``conf/deploy_policy.yaml`` (``--help`` lists the keys, ``--cfg
 them). The model is a file of ``scripts/export_policy.py``; it runs in a single-threaded
 onnxruntime session (one core of a robot computer) through :mod:`harness.deploy`, and this
 process never imports torch. It plays greedy episodes on the task and options saved at export;
-``task_name=`` and ``+task_options.<key>=`` override them (the key is not ``task``, which Hydra
-reads as the training app's ``conf/task/`` group), and the observations must keep the shapes
-the graph takes. By default it plays the training run's held-out evaluation seeds and
-difficulties, as ``scripts/evaluate.py`` does on the source checkpoint. Prints the success rate
-with its 95% Wilson interval, a per-difficulty table, and the per-control-step latency (p50, p99,
-max) of the policy alone and of the full step (policy, then physics and camera) against the
-control period.
+``task_name=`` plays another task (``task=`` would be the training app's ``conf/task/`` group),
+and ``task``: task options over the exported ones, spelt as in ``scripts/train.py``, each
+replacing its own whole (:func:`harness.evaluation.override_task_options`), e.g.
+``+task.max_episode_steps=100`` or ``+task.imperfections.action_latency=2``; the options that fix
+what the policy sees (``obs_mode``, ``camera``, ``image_size``) stay the exported ones, and the
+observations must keep the shapes the graph takes. By default it plays the training run's
+held-out evaluation seeds and difficulties, as ``scripts/evaluate.py`` does on the source
+checkpoint. Prints the success rate with its 95% Wilson interval, a per-difficulty table, and the
+per-control-step latency (p50, p99, max) of the policy alone and of the full step (policy, then
+physics and camera) against the control period.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
+# The key this app once had, and the one that replaces it (refused with the new spelling).
+RENAMED = {"task_options": "task"}
+
 
 @dataclass
 class DeployConfig:
@@ -37,7 +43,7 @@ class DeployConfig:
     model: str = MISSING
     episodes: int = 100
     task_name: str | None = None
-    task_options: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
     difficulties: list[float] | None = None
     seed: int | None = None
     threads: int = 1
@@ -71,6 +77,7 @@ def deploy_policy(cfg: DictConfig) -> None:
     """Play ``cfg.episodes`` greedy episodes with ``cfg.model``; print success and latency."""
     # Here, not at the top: onnxruntime and the simulator load only for a run (not for --help).
     from harness.deploy import ExportedPolicy, deploy
+    from harness.evaluation import override_task_options
 
     try:
         args = OmegaConf.to_object(cfg)
@@ -80,7 +87,9 @@ def deploy_policy(cfg: DictConfig) -> None:
         fail(str(error))
     try:
         policy = ExportedPolicy(args.model, threads=args.threads)
-        result = deploy(policy, args.episodes, args.task_name, dict(args.task_options),
+        override_task_options(args.task_name or policy.info["task"],
+                              policy.info["task_options"], args.task)
+        result = deploy(policy, args.episodes, args.task_name, dict(args.task),
                         args.difficulties, args.seed)
     except (FileNotFoundError, ValueError) as error:
         fail(str(error))
@@ -107,9 +116,9 @@ def deploy_policy(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
-    after an error (a bad key or value, a missing or foreign model file, a task whose
-    observations the model does not take)."""
-    return run_app(deploy_policy, argv)
+    after an error (a bad key or value, a key spelt the old way, a missing or foreign model
+    file, a task whose observations the model does not take)."""
+    return run_app(deploy_policy, argv, renamed=RENAMED)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,17 @@ episode length and a per-difficulty table.
 
 Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty), ``difficulties=[0.5,1.0]``
 (default: the training run's), ``seed`` (default: the training run's held-out evaluation seed),
-``max_episode_steps`` (each episode's step limit; default: the training run's
-``eval.max_episode_steps``, else its training limit), ``video=<file.mp4>`` (records
-``video_episodes`` episodes), ``output=<file.json>``, ``device``, ``sampled=true`` (sample actions
-instead of the greedy ones; group fine-tuning optimises the sampled policy), ``reference=true``
-(group-trainer checkpoints: the frozen start policy, e.g. the BC policy, stored in the same file),
-``domain`` (``trained``: the run's ``task.randomization`` and ``task.imperfections``; ``nominal``:
-both off), and ``randomization`` / ``imperfections``: a non-empty block replaces that block of
-``domain`` whole, so ``domain=nominal +randomization.enabled=true +randomization.friction=[0.3,2.0]
-+imperfections.action_latency=2`` is a held-out randomised domain (docs/sim_to_real.md).
+``video=<file.mp4>`` (records ``video_episodes`` episodes), ``output=<file.json>``, ``device``,
+``sampled=true`` (sample actions instead of the greedy ones; group fine-tuning optimises the
+sampled policy), ``reference=true`` (group-trainer checkpoints: the frozen start policy, e.g. the
+BC policy, stored in the same file), ``domain`` (``trained``: the run's ``task.randomization`` and
+``task.imperfections``; ``nominal``: both off), and ``task``: task options over the run's, spelt
+as in ``scripts/train.py``, each replacing the run's whole
+(:func:`harness.evaluation.override_task_options`): ``+task.max_episode_steps=100`` (default: the
+run's ``eval.max_episode_steps``, else its training limit), ``domain=nominal
++task.randomization.enabled=true +task.randomization.friction=[0.3,2.0]
++task.imperfections.action_latency=2`` (a held-out randomised domain, docs/sim_to_real.md). The
+options that fix what the policy sees (``obs_mode``, ``camera``, ``image_size``) stay the run's.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
-# Where the base blocks come from: the training run's task options, or none (the nominal world).
+# Where the world starts from: the training run's task options, or its randomisation and
+# imperfections off (the nominal world); ``task`` overrides then apply over either.
 DOMAINS = ("trained", "nominal")
+NOMINAL = {"randomization": {}, "imperfections": {}}
+# Keys this app once had, and the ones that replace them (refused with the new spelling).
+RENAMED = {"randomization": "task.randomization", "imperfections": "task.imperfections",
+           "max_episode_steps": "task.max_episode_steps"}
 
 
 @dataclass
@@ -47,7 +54,6 @@ class EvaluateConfig:
     episodes: int = 100
     difficulties: list[float] | None = None
     seed: int | None = None
-    max_episode_steps: int | None = None
     video: str | None = None
     video_episodes: int = 1
     output: str | None = None
@@ -55,11 +61,10 @@ class EvaluateConfig:
     sampled: bool = False
     reference: bool = False
     domain: str = "trained"
-    randomization: dict[str, Any] = field(default_factory=dict)
-    imperfections: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # The harness is imported where it is used (here, blocks(), evaluate()): composing
+        # The harness is imported where it is used (here, evaluate()): composing
         # the config (--help, --cfg job) loads neither torch nor the trainers.
         from harness.policies import resolve_device
 
@@ -74,20 +79,13 @@ class EvaluateConfig:
                                  " (null: the training run's)")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed={self.seed}; must be >= 0 or null")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps={self.max_episode_steps}; must be >= 1 or null")
         resolve_device(self.device)
         if self.domain not in DOMAINS:
             raise ValueError(f"domain={self.domain!r}; expected one of {list(DOMAINS)}")
 
-    def blocks(self) -> dict[str, dict[str, Any]] | None:
-        """The blocks that replace the training run's (``None``: it is evaluated as trained)."""
-        from harness.checkpoints import DOMAIN_BLOCKS
-
-        blocks = {name: {} for name in DOMAIN_BLOCKS} if self.domain == "nominal" else {}
-        blocks.update({name: dict(getattr(self, name)) for name in DOMAIN_BLOCKS
-                       if getattr(self, name)})
-        return blocks or None
+    def task_overrides(self) -> dict[str, Any]:
+        """The task options in place of the training run's: ``domain``'s, then ``task``."""
+        return {**(NOMINAL if self.domain == "nominal" else {}), **self.task}
 
 
 ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
@@ -116,8 +114,7 @@ def evaluate(cfg: DictConfig) -> None:
         result, metadata = evaluate_checkpoint(
             args.checkpoint, args.episodes, args.difficulties, args.seed,
             args.video_episodes if args.video else 0, args.device,
-            sampled=args.sampled, reference=args.reference, domain=args.blocks(),
-            max_episode_steps=args.max_episode_steps,
+            sampled=args.sampled, reference=args.reference, task_overrides=args.task_overrides(),
         )
     except (CheckpointError, ValueError) as error:
         fail(str(error))
@@ -136,15 +133,16 @@ def evaluate(cfg: DictConfig) -> None:
         report = {"checkpoint": args.checkpoint, "algo": metadata["algo"],
                   "task": metadata["task"], "num_timesteps": metadata.get("num_timesteps"),
                   "sampled": args.sampled, "reference": args.reference,
-                  "domain": args.blocks(), **result.summary()}
+                  "task_overrides": args.task_overrides(), **result.summary()}
         atomic_write_text(Path(args.output), to_json(report))
         print(f"results: {args.output}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
-    after an error (a bad key or value, a missing or corrupt checkpoint)."""
-    return run_app(evaluate, argv)
+    after an error (a bad key or value, a key spelt the old way, a missing or corrupt
+    checkpoint)."""
+    return run_app(evaluate, argv, renamed=RENAMED)
 
 
 if __name__ == "__main__":
