@@ -288,6 +288,9 @@ def test_collect_config_rejects_a_bad_randomization_block():
 def test_hydra_configs_compose():
     from hydra import compose, initialize_config_dir
 
+    from harness_common.paths import register_resolver
+
+    register_resolver()  # ${data_dir:}, as the apps register it
     with initialize_config_dir(str(CONF), version_base="1.3"):
         held_out = compose("collect_detector_data",
                            overrides=["task.camera=front+wrist", "visual_domain=held_out"])

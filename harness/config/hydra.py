@@ -18,8 +18,10 @@ from harness.config.curriculum import CURRICULUM_SCHEMAS
 from harness.config.errors import ConfigError
 from harness.config.policy import POLICY_SCHEMAS
 from harness.config.train import TrainConfig
+from harness_common.paths import register_resolver
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+register_resolver()  # ${data_dir:} in the configs, however they are composed
 
 
 def register_configs() -> None:
