@@ -1,7 +1,7 @@
 """The group trainer hands the memory its iterations free back to the operating system.
 
-A one-hour pixel soak grew the trainer process by 13 MiB/min (docs/results.md): glibc kept the
-free pages that each iteration's batches, of varying size, leave between live blocks.
+A one-hour pixel soak grew the trainer process by 13 MiB/min (CHANGELOG.md, 2026-12-01): glibc
+kept the free pages that each iteration's batches, of varying size, leave between live blocks.
 """
 
 from __future__ import annotations
