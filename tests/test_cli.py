@@ -165,6 +165,39 @@ def test_main_py_puts_the_experiment_among_the_overrides(argv, expected):
     assert with_main_job(argv) == expected
 
 
+def test_main_table_shows_both_decodings_and_the_gain_over_the_better_start():
+    """The main job's before/after table: both decodings of both policies, the greedy gain and
+    the gain over the start's better decoding (chosen on validation), or why it is missing."""
+    from harness import config as harness_config
+    from harness.apps.main import before_after_table
+
+    config = harness_config.compose(["+experiment=main_job", "eval.episodes=50"])
+    summary = {
+        "bc_success": 0.33, "bc_success_interval": [0.25, 0.43],
+        "start_sampled_success_rate": 0.43, "final_success": 0.54,
+        "final_success_interval": [0.44, 0.63], "sampled_success_rate": 0.57,
+        "improvement": 0.21, "improvement_interval": [0.08, 0.33],
+        "improvement_p_value": 0.0021, "best_start_decoding": "sampled",
+        "start_validation_success_rate": 0.30, "start_validation_sampled_success_rate": 0.46,
+        "improvement_vs_best_start": 0.11, "improvement_vs_best_start_interval": [-0.02, 0.24],
+        "improvement_vs_best_start_p_value": 0.11, "iterations": 150,
+        "time_limit_reached": False, "main_job_wall_clock_s": 1000.0,
+    }
+    table = before_after_table(summary, config, Path("run"), Path("run/learning_curve.png"))
+    assert "| BC (200 demos) | 0.33 | 0.25-0.43 | 0.43 |" in table
+    assert "| BC + grpo | 0.54 | 0.44-0.63 | 0.57 |" in table
+    assert ("gain over BC greedy: +21 points, paired 95% interval [+8, +33], exact McNemar "
+            "p = 0.0021") in table
+    assert ("gain over BC sampled, its better decoding (greedy 0.30, sampled 0.46 on 50 "
+            "validation episodes): +11 points, paired 95% interval [-2, +24], exact McNemar "
+            "p = 0.11") in table
+    resumed = {key: value for key, value in summary.items()
+               if "best_start" not in key and not key.startswith("start_validation")}
+    table = before_after_table(resumed, config, Path("run"), Path("run/learning_curve.png"))
+    assert "gain over BC greedy: +21 points" in table
+    assert "better decoding: not measured" in table
+
+
 def test_evaluate_prints_its_table_and_writes_its_results(tiny_run, tmp_path):
     output = tmp_path / "eval.json"
     printed = run("evaluate", f"checkpoint={tiny_run}", "episodes=2", "reference=true",

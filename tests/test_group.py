@@ -153,12 +153,14 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
         "algo.state_pretrain_episodes=3", "algo.state_pretrain_epochs=1",
         "algo.num_start_states=2", "algo.group_size=2", "algo.workers=1",
         "algo.minibatch_size=4", "policy.hidden=16", "policy.conv_channels=[4,4]",
-        "algo.iterations=1", "eval.final_episodes=3", "logger.videos=false",
+        "algo.iterations=1", "eval.final_episodes=3", "eval.episodes=4", "logger.videos=false",
         "logger.tensorboard=false", "logger.progress_bar=false", "torch_threads=1",
     ])
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("bc_success", "final_success", "bc_success_interval", "pretrain/val_r2",
                 "improvement", "improvement_interval", "improvement_p_value",
+                "improvement_vs_best_start", "improvement_vs_best_start_interval",
+                "improvement_vs_best_start_p_value", "best_start_decoding",
                 "sampled_success_rate", "time_limit_reached", "main_job_wall_clock_s"):
         assert key in written
     assert written["bc_success"] == written["start_success_rate"]
@@ -173,6 +175,11 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
     assert list((tmp_path / "data" / "demos").glob("reach_*_n2.hdf5"))
     printed = capsys.readouterr().out
     assert "| BC (2 demos) |" in printed and "run dir run;" in printed
+    decoding = written["best_start_decoding"]
+    assert ("gain over BC greedy: " in printed) == (decoding == "sampled")
+    chosen = f"gain over BC {decoding}, its better decoding (greedy "
+    assert chosen in printed and "on 4 validation episodes): " in printed
+    assert f"{written['improvement_vs_best_start'] * 100:+.0f} points" in printed
 
 
 def test_checkpoint_evaluates_the_fine_tuned_and_the_start_policy(tmp_path, weak_bc_policy):

@@ -16,6 +16,7 @@ from harness import trainers
 from harness.algos.group import GroupRun
 from harness.algos.group_checkpoints import (
     CHECKPOINT_FORMAT,
+    FORMAT_3_DEFAULTS,
     RESUME_KEYS,
     migrate,
     read_checkpoint,
@@ -53,14 +54,24 @@ def rewrite(path, change) -> None:
 def test_migrate_turns_format_one_into_the_current_format():
     old = {"policy_config": {}, "obs_shapes": {}, "trainer": {}, "best": 0.25}
     new = migrate(old)
-    assert new["format"] == CHECKPOINT_FORMAT == 2
+    assert new["format"] == CHECKPOINT_FORMAT == 3
     assert new["best"] == {"success_rate": 0.25, "mean_return": -math.inf}
+    assert {key: new[key] for key in FORMAT_3_DEFAULTS} == FORMAT_3_DEFAULTS
     assert migrate({**old, "best": -1.0})["best"] is None  # "no evaluation yet" in format 1
     assert "format" not in old, "the caller's dict is left as it was"
     with pytest.raises(CheckpointError, match="format 99"):
         migrate({**old, "format": 99})
     with pytest.raises(CheckpointError, match="format '2'"):
         migrate({**old, "format": "2"})
+
+
+def test_migrate_turns_format_two_into_three_without_the_start_baseline():
+    kept = {"policy_config": {}, "obs_shapes": {}, "trainer": {}, "best": None,
+            "start_outcomes": [True, False]}
+    new = migrate({**kept, "format": 2})
+    assert new == {**kept, **FORMAT_3_DEFAULTS, "format": 3}
+    current = {**kept, "format": 3, "best_start_decoding": "sampled"}
+    assert migrate(current) == current  # the current format passes through unchanged
 
 
 def test_a_format_one_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
@@ -76,6 +87,37 @@ def test_a_format_one_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
     # training and the last final rows
     last = {k: v[-1:] if k.startswith("final") else v for k, v in resumed_metrics.items()}
     assert last == straight_metrics
+
+
+def test_a_format_two_checkpoint_resumes_without_the_gain_over_the_better_start(
+        tmp_path, caplog):
+    """A run saved before the start's validation figures were kept resumes to the same
+    training and final figures; its summary lacks the gain over the better start decoding,
+    and a log line says why."""
+    straight, straight_metrics = run(tmp_path, "straight", "algo.iterations=3")
+    assert straight["best_start_decoding"] in ("greedy", "sampled")
+    assert "improvement_vs_best_start" in straight
+    run(tmp_path, "resumed", "algo.iterations=2")
+    latest = tmp_path / "resumed" / "checkpoints" / "latest.pt"
+
+    def as_format_two(state):
+        for key in FORMAT_3_DEFAULTS:
+            state.pop(key)
+        state["format"] = 2
+
+    rewrite(latest, as_format_two)
+    with caplog.at_level("INFO", logger="harness.algos.group_summary"):
+        resumed, resumed_metrics = run(tmp_path, "resumed", "algo.iterations=3", "resume=true")
+    assert "without improvement_vs_best_start" in caplog.text
+    new = ("best_start_decoding", "improvement_vs_best_start",
+           "improvement_vs_best_start_interval", "improvement_vs_best_start_p_value",
+           "start_validation_success_rate")
+    assert not any(key in resumed for key in new)
+    for key in ("success_rate", "sampled_success_rate", "start_success_rate", "improvement",
+                "improvement_interval", "improvement_p_value", "iterations"):
+        assert resumed[key] == straight[key], key
+    trained = [key for key in straight_metrics if key.startswith(("rollout/", "train/"))]
+    assert trained and all(resumed_metrics[key] == straight_metrics[key] for key in trained)
 
 
 @pytest.mark.parametrize("missing", ["start_counter", "schedules"])

@@ -143,8 +143,10 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
         start_states_curve(tmp_path / "reset" / "metrics.csv", tmp_path / "none.png")
     # The start policy is evaluated on the same test seeds and starts, whatever training does.
     for key in ("start_success_rate", "start_success_interval", "start_sampled_success_rate",
-                "seed_ranges"):
+                "best_start_decoding", "start_validation_success_rate"):
         assert mixed[key] == reset[key], key
+    # the demos of demo starts are recorded from seed 0: one more range, held out of evaluation
+    assert mixed["seed_ranges"] == {**reset["seed_ranges"], "start_demo": [0, 30]}
 
 
 @pytest.mark.parametrize("override, message", [

@@ -98,7 +98,9 @@ def test_sb3_curriculum_learns_from_the_verifier_not_the_ground_truth(tmp_path, 
         "total_timesteps=128", "eval.every_steps=0", "eval.final_episodes=2",
         "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
     ])
-    trainers.train(config, tmp_path / "run")
+    summary = trainers.train(config, tmp_path / "run")
+    # SB3 runs have no start policy: their summary claims no gain over one
+    assert not [key for key in summary if key.startswith(("improvement", "best_start", "start_"))]
     metadata = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     table = metadata["trainer_state"]["curriculum"]["table"]
     truth = [value for _, value in read_metrics(tmp_path / "run" / "metrics.csv")[
@@ -282,14 +284,57 @@ def test_success_band_takes_its_group_size_from_the_algorithm():
         compose("curriculum=success_band", "curriculum.group_size=8")
 
 
-@pytest.mark.parametrize("overrides", [
-    ["eval.validation_seed=1000005", "eval.every_steps=100"],  # inside the test range
-    ["eval.seed=3"],                                            # inside the demos' range
-    ["seed=0", "eval.seed=10000010"],                           # inside the training starts
+@pytest.fixture(scope="module")
+def saved_start_policy(tmp_path_factory):
+    """A real start policy file for ``algo.init_policy``: a fresh MLP token policy of reach."""
+    from harness.policies import TokenPolicyConfig, make, save_policy
+
+    path = tmp_path_factory.mktemp("start") / "start_policy.pt"
+    torch.manual_seed(0)
+    save_policy(path, make(TokenPolicyConfig(kind="mlp", hidden=8),
+                           tasks.make("reach", obs_mode="state").observation_space))
+    return path
+
+
+PIXEL_START = ["task.obs_mode=pixels_state", "algo.state_pretrain_episodes=5"]
+
+
+@pytest.mark.parametrize("with_init_policy", [False, True])
+@pytest.mark.parametrize("overrides,named", [
+    (["eval.validation_seed=1000005"], ("test", "validation")),       # inside the test range
+    (["eval.seed=3"], ("demo", "test")),                              # inside the BC demos
+    (["eval.validation_seed=3"], ("demo", "validation")),
+    (["algo.bc_demos=0", "algo.start_states=demo", "algo.start_demos=20", "eval.seed=150"],
+     ("start_demo", "test")),                                         # inside the demo starts'
+    (["algo.bc_demos=0", "algo.start_states=demo", "eval.validation_seed=0"],
+     ("validation", "start_demo")),
+    ([*PIXEL_START, "eval.seed=3000004"], ("state_pretrain", "test")),  # pretraining episodes
+    ([*PIXEL_START, "eval.validation_seed=2999999"], ("validation", "state_pretrain")),
+    (["seed=0", "eval.seed=10000010"], ("train", "test")),            # inside the training starts
 ])
-def test_overlapping_seed_ranges_are_refused(overrides):
-    with pytest.raises(ConfigError, match="seed ranges overlap"):
-        compose("algo.bc_demos=2", *overrides)
+def test_overlapping_seed_ranges_are_refused(overrides, named, with_init_policy,
+                                             saved_start_policy):
+    """Validation, test, BC demos, demo starts' demos and state pretraining never share a seed
+    with a held-out range, whether the start is cloned here or loaded by ``algo.init_policy``
+    (whose ``bc_*`` options say how it was cloned)."""
+    init = [f"algo.init_policy={saved_start_policy}"] if with_init_policy else []
+    first, second = named
+    with pytest.raises(ConfigError, match=rf"seed ranges overlap: {first} plays reset seeds "
+                                          rf"\[\d+, \d+\) \(first, stop\) and {second} plays"):
+        compose("algo.bc_demos=2", *overrides, *init)
+
+
+def test_training_ranges_may_share_seeds_and_every_used_range_is_listed(saved_start_policy):
+    """BC demos and the demos of demo starts are both recorded from seed 0: training data on
+    both sides, so they may share seeds; the ranges a run plays are all listed."""
+    config = compose("algo.bc_demos=20", "algo.start_states=demo", "algo.start_demos=20",
+                     f"algo.init_policy={saved_start_policy}")
+    ranges = config.seed_ranges()
+    assert ranges["demo"] == [0, 200] and ranges["start_demo"] == [0, 200]
+    assert ranges["validation"] == [2_000_000, 2_000_004]  # the start's decoding is chosen there
+    assert "start_demo" not in compose("algo.start_states=reset").seed_ranges()
+    pixels = compose("algo.bc_demos=2", *PIXEL_START).seed_ranges()
+    assert pixels["state_pretrain"] == [3_000_000, 3_000_005]
 
 
 def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_path):
@@ -308,6 +353,47 @@ def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_pa
     best = json.loads((tmp_path / "run" / "checkpoints" / "best.json").read_text())
     assert "validation_success_rate" in best
     assert "final_sampled/success_rate" in metrics and "start_sampled/success_rate" in metrics
+    # the start's better decoding is chosen on the validation seeds, then paired on the test
+    validation = {decoding: metrics[f"start_validation{suffix}/success_rate"][0][1]
+                  for decoding, suffix in (("greedy", ""), ("sampled", "_sampled"))}
+    assert summary["best_start_decoding"] == (
+        "sampled" if validation["sampled"] > validation["greedy"] else "greedy")
+    assert summary["start_validation_success_rate"] == validation["greedy"]
+    start = {"greedy": summary["start_success_rate"],
+             "sampled": summary["start_sampled_success_rate"]}[summary["best_start_decoding"]]
+    assert summary["improvement_vs_best_start"] == pytest.approx(summary["success_rate"] - start)
+    low, high = summary["improvement_vs_best_start_interval"]
+    assert low <= summary["improvement_vs_best_start"] <= high
+    assert 0.0 <= summary["improvement_vs_best_start_p_value"] <= 1.0
+
+
+def test_the_start_decoding_is_chosen_on_validation_and_paired_on_test():
+    """The sampled start is the baseline only when it beats greedy on the validation seeds;
+    the gain pairs the final greedy outcomes with that decoding's test outcomes."""
+    from harness.algos.group_summary import StartBaseline, paired_gains
+    from harness.evaluation import Episode, EvaluationResult
+
+    def result(successes):
+        return EvaluationResult([Episode(difficulty=1.0, seed=seed, success=success, length=10,
+                                         episode_return=float(success))
+                                 for seed, success in enumerate(successes)])
+
+    baseline = StartBaseline()
+    baseline.choose_decoding(result([True, False, False]), result([True, True, False]))
+    baseline.keep_test(result([False, False, True, False]), result([True, True, False, False]))
+    gains = baseline.gains(result([True, True, True, False]))
+    assert gains["best_start_decoding"] == "sampled"
+    assert gains["improvement"] == 0.5 and gains["improvement_vs_best_start"] == 0.25
+    assert gains["discordant_vs_best_start"] == {"before_only": 0, "after_only": 1}
+    assert gains["start_validation_sampled_success_rate"] == pytest.approx(2 / 3)
+    tie = StartBaseline()
+    tie.choose_decoding(result([True, False]), result([False, True]))
+    assert tie.decoding == "greedy"  # a tie keeps the decoding of the reported figure
+    greedy_only = paired_gains([True, False], {"greedy": [False, False]}, None)
+    assert "improvement_vs_best_start" not in greedy_only and greedy_only["improvement"] == 0.5
+    assert paired_gains([True], {"greedy": [True, False]}, "greedy") == {}  # no pairs
+    with pytest.raises(ValueError, match="decoding='beam'"):
+        paired_gains([True], {"greedy": [True]}, "beam")
 
 
 def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):

@@ -17,8 +17,9 @@ papers (Shao et al. 2024; Liu et al. 2025):
 
 Evaluation: the start policy and the final policy play the same test seeds (``eval.seed``),
 greedy and sampled, and the summary gives the paired difference with its interval and exact
-McNemar p-value; periodic evaluations and the ``best`` checkpoint use the validation seeds
-(``eval.validation_seed``).
+McNemar p-value, against the start's greedy decoding and against its better decoding, chosen on
+the validation seeds (:mod:`harness.algos.group_summary`); periodic evaluations and the ``best``
+checkpoint use the validation seeds (``eval.validation_seed``).
 
 An attempt's tokens are every action dimension of every step until it ends, so successful attempts
 that terminate early are shorter: that is where GRPO's per-attempt length normalisation and
@@ -41,7 +42,7 @@ from tqdm import tqdm
 import tasks
 from harness import curriculum as curricula
 from harness.algos import group_checkpoints as checkpoints
-from harness.algos import pools, ray_cluster
+from harness.algos import group_summary, pools, ray_cluster
 from harness.algos.collect import (
     build_detector,
     build_refresher,
@@ -61,7 +62,6 @@ from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import Run
 from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
-from harness_common.stats import paired_summary
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class GroupRun:
         self.evaluation = Schedule(cfg.eval.every_steps)
         self.checkpointing = Schedule(cfg.checkpoint_every_steps)
         self.start: dict[str, Any] = {}
-        self.start_outcomes: list[bool] = []
+        self.baseline = group_summary.StartBaseline()  # the start's outcomes, paired later
         state = None
         if run.resume_metadata is not None:  # the checkpoint holds the weights and reference
             state = checkpoints.read_checkpoint(run.checkpoints_dir / "latest.pt")
@@ -196,7 +196,7 @@ class GroupRun:
             "detector_refresh": (self.refresher.state_dict() if self.refresher is not None
                                  else None),
             "iteration": self.iterations_done, "env_steps": self.env_steps, "best": self.best,
-            "start": self.start, "start_outcomes": self.start_outcomes,
+            "start": self.start, **self.baseline.state_dict(),
             "start_counter": self.start_counter, "temperature": self.cfg.algo.temperature,
             "schedules": {"evaluation": self.evaluation.state_dict(),
                           "checkpoint": self.checkpointing.state_dict()},
@@ -219,7 +219,7 @@ class GroupRun:
             self.refresher.load_state_dict(state["detector_refresh"])
         self.iterations_done, self.env_steps = state["iteration"], state["env_steps"]
         self.best, self.start = state["best"], state["start"]
-        self.start_outcomes = list(state["start_outcomes"])
+        self.baseline.load_state_dict(state)
         self.start_counter = state["start_counter"]
         self.evaluation.load_state_dict(state["schedules"].get("evaluation"))
         self.checkpointing.load_state_dict(state["schedules"].get("checkpoint"))
@@ -339,13 +339,19 @@ class GroupRun:
                 and not self.guard.expired(self.env_steps))
 
     def _evaluate_start(self) -> None:
-        """The starting policy on the test seeds of the final evaluation: what RL adds is
-        measured against this, episode by episode (the BC policy in the main job)."""
+        """The starting policy (the BC policy in the main job), greedy and sampled, on the
+        validation seeds, which choose its better decoding, and on the test seeds of the final
+        evaluation: what RL adds is measured against these, episode by episode."""
+        validation = self.evaluate("validation")
+        validation_sampled = self.evaluate("validation", sampled=True)
+        self.run.log({**validation.metrics("start_validation"),
+                      **validation_sampled.metrics("start_validation_sampled")}, 0)
+        self.baseline.choose_decoding(validation, validation_sampled)
         before, before_sampled = self._test_both("start")
+        self.baseline.keep_test(before, before_sampled)
         self.start.update({"start_success_rate": before.success_rate,
                            "start_success_interval": list(before.success_interval),
                            "start_sampled_success_rate": before_sampled.success_rate})
-        self.start_outcomes = [e.success for e in before.episodes]
         self.run.log({k: v for k, v in self.start.items() if isinstance(v, (int, float))}, 0)
         self.save("latest")
 
@@ -389,13 +395,10 @@ class GroupRun:
                  ) -> dict[str, Any]:
         for i, frames in enumerate(final.videos):
             self.run.write_video(f"final_eval_{i}", frames)
-        final_outcomes = [e.success for e in final.episodes]
-        paired: dict[str, Any] = {}
-        if len(self.start_outcomes) == len(final_outcomes):  # pairs need the same test seeds
-            paired = paired_summary(self.start_outcomes, final_outcomes)
-            self.run.log({"final/improvement": paired["improvement"],
-                          "final/improvement_p_value": paired["improvement_p_value"]},
-                         self.env_steps)
+        paired = self.baseline.gains(final)
+        if paired:  # pairs need the same test seeds
+            self.run.log({f"final/{key}": paired[key] for key in group_summary.LOGGED
+                          if key in paired}, self.env_steps)
         algo = self.cfg.algo
         return {
             **final.summary(), "sampled_success_rate": final_sampled.success_rate,

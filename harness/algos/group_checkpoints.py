@@ -11,6 +11,9 @@ Format history:
 * 1: the fields of :data:`RESUME_KEYS` without a ``format`` key (runs saved until 2026-12-05).
 * 2: the same fields and ``format: 2``; ``best`` is ``None`` or ``{"success_rate",
   "mean_return"}``.
+* 3: adds the start policy's sampled test outcomes (``start_sampled_outcomes``), its
+  validation success rates (``start_validation``) and the better decoding they chose
+  (``best_start_decoding``): :class:`harness.algos.group_summary.StartBaseline`.
 """
 
 from __future__ import annotations
@@ -30,14 +33,20 @@ from harness.policies import (
 )
 from harness.runs import CheckpointError
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 # What any version holds: enough to rebuild and evaluate the policies.
 POLICY_KEYS: tuple[str, ...] = ("policy_config", "obs_shapes", "trainer")
-# What a resume reads (GroupRun.load_state_dict), in every version since 1.
+# What a resume reads (GroupRun.load_state_dict): in every version since 1, and the start's
+# figures of format 3, which migrate() fills in for older ones.
 RESUME_KEYS: tuple[str, ...] = (
     *POLICY_KEYS, "curriculum", "starts", "adr", "detector_refresh", "iteration", "env_steps",
     "best", "start", "start_outcomes", "start_counter", "temperature", "schedules",
+    "start_sampled_outcomes", "start_validation", "best_start_decoding",
 )
+# What format 2 lacks, as migrate() fills it in: the start's figures were not kept.
+FORMAT_3_DEFAULTS: dict[str, Any] = {
+    "start_sampled_outcomes": (), "start_validation": None, "best_start_decoding": None,
+}
 
 
 def write_state(state: dict[str, Any], handle) -> None:
@@ -80,9 +89,11 @@ def migrate(state: dict[str, Any], path="<state>") -> dict[str, Any]:
     """``state`` in the current format (:data:`CHECKPOINT_FORMAT`).
 
     Format 1 (no ``format`` key) becomes format 2 by adding the key and turning a ``best``
-    success rate saved as a float into the dict format 2 keeps. Fields a resume needs are
-    checked by :func:`check_resumable`, not here, so that an old checkpoint missing them still
-    evaluates.
+    success rate saved as a float into the dict format 2 keeps. Format 2 becomes format 3 with
+    :data:`FORMAT_3_DEFAULTS`: no sampled start outcomes and no better start decoding, so a
+    resumed run's summary gives the gain over the start's greedy decoding only. Fields a
+    resume needs are checked by :func:`check_resumable`, not here, so that an old checkpoint
+    missing them still evaluates.
 
     Raises:
         CheckpointError: A format newer than this harness's, or not an int.
@@ -98,6 +109,8 @@ def migrate(state: dict[str, Any], path="<state>") -> dict[str, Any]:
             state["best"] = None if best < 0 else {"success_rate": best,
                                                    "mean_return": -math.inf}
         state["format"] = 2
+    if state["format"] == 2:
+        state = {**FORMAT_3_DEFAULTS, **state, "format": 3}
     return state
 
 

@@ -35,6 +35,9 @@ MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
 # The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
 SB3_BAND_GROUP_SIZE = 8
 STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of start_policy.pretrain_state_features
+# Ranges of seeds that evaluate (validation chooses, test reports): they overlap no other range.
+# Training ranges may share seeds: BC demos and demo-start demos are both recorded from seed 0.
+HELD_OUT_RANGES: tuple[str, ...] = ("validation", "test")
 
 
 @dataclass
@@ -231,39 +234,55 @@ class TrainConfig:
         state; SB3: the first reset of each environment, later resets continue its RNG, and
         ``train_resumed`` the reseeding of a resumed run);
         ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
-        attempts per demo); ``state_pretrain``: noisy-expert episodes of the state-feature
-        pretraining; ``validation``: periodic evaluations; ``test``: the final evaluation and the
-        start policy's. :meth:`_check_seed_ranges` refuses any overlap.
+        attempts per demo); ``start_demo``: the demos of ``demo`` starts (``algo.start_demos``,
+        when ``algo.start_weights`` gives them a share; recorded from seed 0 too,
+        ``harness.algos.start_states.demo_start_file``); ``state_pretrain``: noisy-expert
+        episodes of the state-feature pretraining; ``validation``: periodic evaluations and,
+        for group algorithms, the start policy's, which choose its better decoding; ``test``:
+        the final evaluation and the start policy's.
+
+        With ``algo.init_policy`` the ``demo`` and ``state_pretrain`` ranges are listed all the
+        same: the ``bc_*`` options then say how the loaded start was cloned (the arms of an
+        experiment share one, ``harness.start_policy.keep_start_policy``), and what it was
+        cloned on must stay out of evaluation. :meth:`_check_seed_ranges` refuses any overlap
+        with a ``HELD_OUT_RANGES`` range.
         """
         algo, ranges = self.algo, {}
         if algo.family == "group":
             first = (self.seed + 1) * TRAIN_SEED_STRIDE
             ranges["train"] = [first, first + algo.iterations * algo.num_start_states *
                                MAX_RESAMPLE_ROUNDS]
-            if not algo.init_policy and algo.bc_demos > 0:
+            if algo.bc_demos > 0:
                 ranges["demo"] = [0, MAX_TRIES_PER_DEMO * algo.bc_demos]
-                if algo.state_pretrain_episodes > 0 and self.task.obs_mode != "state":
-                    first = STATE_PRETRAIN_SEED + self.seed * 10_000
-                    ranges["state_pretrain"] = [first, first + algo.state_pretrain_episodes]
+            if algo.start_weights["demo"] > 0:
+                ranges["start_demo"] = [0, MAX_TRIES_PER_DEMO * algo.start_demos]
+            if ((algo.bc_demos > 0 or algo.bc_dataset) and algo.state_pretrain_episodes > 0
+                    and self.task.obs_mode != "state"):
+                first = STATE_PRETRAIN_SEED + self.seed * 10_000
+                ranges["state_pretrain"] = [first, first + algo.state_pretrain_episodes]
         else:
             ranges["train"] = [self.seed, self.seed + self.n_envs]
             first = (self.seed + 1) * TRAIN_SEED_STRIDE  # a resumed run reseeds its envs here
             ranges["train_resumed"] = [first, first + self.total_timesteps + self.n_envs]
-        if self.eval.every_steps:
+        if self.eval.every_steps or algo.family == "group":
             ranges["validation"] = [self.eval.validation_seed,
                                     self.eval.validation_seed + self.eval.episodes]
         ranges["test"] = [self.eval.seed, self.eval.seed + self.eval.final_episodes]
         return ranges
 
     def _check_seed_ranges(self) -> None:
-        ranges = sorted(self.seed_ranges().items(), key=lambda item: item[1][0])
-        for (name_a, (_, stop_a)), (name_b, (first_b, _)) in zip(ranges, ranges[1:],
-                                                                  strict=False):
+        """Refuse, naming both, a held-out range that shares a seed with any other range."""
+        ranges = self.seed_ranges()
+        pairs = [(held_out, name) for held_out in HELD_OUT_RANGES if held_out in ranges
+                 for name in ranges if name != held_out]
+        for pair in pairs:
+            (a, (first_a, stop_a)), (b, (first_b, stop_b)) = sorted(
+                ((name, ranges[name]) for name in pair), key=lambda item: item[1])
             check(stop_a <= first_b,
-                  f"seed ranges overlap: {name_a} plays reset seeds "
-                  f"{dict(ranges)[name_a]} (first, stop) and {name_b} plays "
-                  f"{dict(ranges)[name_b]}; a start state must not be both trained on and "
-                  "evaluated on: change seed, eval.seed or eval.validation_seed")
+                  f"seed ranges overlap: {a} plays reset seeds [{first_a}, {stop_a}) (first, "
+                  f"stop) and {b} plays [{first_b}, {stop_b}); a start state must not be both "
+                  "trained on (or chosen on) and evaluated on: change seed, eval.seed or "
+                  "eval.validation_seed")
 
 
 def _numbers(node: Any, prefix: str = "") -> list[tuple[str, float]]:
