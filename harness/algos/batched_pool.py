@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from harness.algos.records import HostSpec, Job, WorkerDied, check_jobs
 from harness.algos.rollouts import PolicyActor, RolloutBatch, play
-from harness.algos.workers import WorkerSet, chunk_indices
+from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
 from harness.policies import TokenPolicy
 
 
-class BatchedPool:
+class BatchedPool(PoolBase):
     """``workers`` environment hosts (processes or Ray actors) driven by the learner's policy.
 
     Args:
@@ -40,11 +40,6 @@ class BatchedPool:
                  settings: RolloutConfig | None = None) -> None:
         self.spec = spec
         self.workers = WorkerSet(spec, workers, settings or RolloutConfig(), gpus=0.0)
-
-    @property
-    def restarts(self) -> int:
-        """Dead hosts replaced since the pool started."""
-        return self.workers.restarts
 
     def run(self, policy: TokenPolicy, jobs: list[Job], temperature: float,
             seed: int | tuple[int, ...]) -> RolloutBatch:
@@ -75,16 +70,3 @@ class BatchedPool:
             return self.workers.replay_until_done([0], attempt)[0]
         finally:
             policy.train(training)
-
-    def worker_pids(self) -> list[int]:
-        """Process ids of the hosts that run in their own process."""
-        return self.workers.pids()
-
-    def close(self) -> None:
-        self.workers.close()
-
-    def __enter__(self) -> BatchedPool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -26,7 +26,7 @@ import torch
 from harness.algos.batched_pool import BatchedPool
 from harness.algos.records import Call, EngineSpec, Job, WorkerDied, check_jobs
 from harness.algos.rollouts import RolloutBatch
-from harness.algos.workers import WorkerSet, chunk_indices
+from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
 from harness.policies import TokenPolicy
 
@@ -57,7 +57,7 @@ def _cpu_state(policy: TokenPolicy) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
 
 
-class PerWorkerPool:
+class PerWorkerPool(PoolBase):
     """``workers`` rollout engines, each with its environments and a policy copy.
 
     Args:
@@ -77,11 +77,6 @@ class PerWorkerPool:
         self.spec = spec
         self.workers = WorkerSet(spec, workers, settings, gpus=settings.gpus_per_worker)
         self._held: list[tuple | None] = [None] * workers  # weights version each worker has
-
-    @property
-    def restarts(self) -> int:
-        """Dead workers replaced since the pool started."""
-        return self.workers.restarts
 
     def run(self, policy: TokenPolicy, jobs: list[Job], temperature: float,
             seed: int | tuple[int, ...]) -> RolloutBatch:
@@ -121,19 +116,6 @@ class PerWorkerPool:
         used = [i for i, chunk in enumerate(chunks) if chunk]
         results = self.workers.replay_until_done(used, attempt)
         return RolloutBatch.concat([results[i] for i in sorted(results)])
-
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers (empty with one worker, which runs in this process)."""
-        return self.workers.pids()
-
-    def close(self) -> None:
-        self.workers.close()
-
-    def __enter__(self) -> PerWorkerPool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def rollout_mode(rollout: RolloutConfig, policy_kind: str) -> str:

@@ -339,3 +339,28 @@ class WorkerSet:
         self.remotes = []
         if self.ray is not None:
             self.ray.close()
+
+
+class PoolBase:
+    """What both pools share over their :class:`WorkerSet` (``self.workers``): the restart
+    count, the workers' process ids, closing, and use as a context manager."""
+
+    workers: WorkerSet
+
+    @property
+    def restarts(self) -> int:
+        """Dead workers replaced since the pool started."""
+        return self.workers.restarts
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers that run in their own process (none in this one)."""
+        return self.workers.pids()
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
