@@ -43,6 +43,8 @@ class CloneOptions:
         epochs: Behaviour-cloning epochs.
         difficulty: Start-state difficulty of the demos.
         seed: Seeds the weights and the training.
+        demo_seed: Reset seed of the first demo attempt (runs use
+            ``harness.config.demo_first_seed``); demos of another first seed are cached apart.
         demo_dir: Where demo files are cached, one per task, demo count, difficulty and set of
             environment options (see :func:`demo_file`).
         progress: Show progress bars.
@@ -75,6 +77,7 @@ class CloneOptions:
     epochs: int
     difficulty: float
     seed: int = 0
+    demo_seed: int = 0
     demo_dir: str | os.PathLike = field(default_factory=demo_cache_dir)
     progress: bool = True
     state_pretrain_episodes: int = 0
@@ -172,7 +175,7 @@ def cloned_start_policy(
     """
     torch_device = resolve_device(options.device)
     path = demo_file(options.demo_dir, task, task_options, options.demos, options.difficulty,
-                     noise=options.noise)
+                     noise=options.noise, seed=options.demo_seed)
     if options.dataset is None and not path.exists():
         _record_start_demos(path, task, task_options, options)
     env = tasks.make(task, **task_options)
@@ -208,7 +211,7 @@ def _record_start_demos(path: Path, task: str, task_options: Mapping[str, Any],
     :func:`harness.demos.collect_demos`'s own arguments, the others its ``env_options``."""
     named = {key: task_options[key] for key in NAMED_DEMO_OPTIONS if key in task_options}
     collect_demos(path, task, options.demos, difficulty=options.difficulty,
-                  progress=options.progress,
+                  seed=options.demo_seed, progress=options.progress,
                   obs_mode=named.get("obs_mode", "state"),
                   camera=named.get("camera", "front"),
                   image_size=named.get("image_size", 84),
@@ -225,6 +228,7 @@ def demo_file(
     demos: int,
     difficulty: float,
     noise: float = 0.0,
+    seed: int = 0,
 ) -> Path:
     """The cache file of :func:`cloned_start_policy`'s demos.
 
@@ -243,10 +247,12 @@ def demo_file(
         demos: Number of demonstrations.
         difficulty: Start-state difficulty of the demos.
         noise: Noise injected while recording with expert labels (DART); 0 names no noise.
+        seed: Reset seed of the first attempt; 0 names none.
 
     Returns:
         ``<demo_dir>/<task>_<readable options>_<hash>_d<difficulty>_n<demos>.hdf5``, with
-        ``_dart<noise>`` before ``_d`` for noisy demos.
+        ``_dart<noise>`` before ``_d`` for noisy demos and ``_s<seed>`` after ``_n`` for a
+        first seed other than 0.
 
     Raises:
         ValueError: An unknown or invalid task option.
@@ -262,5 +268,6 @@ def demo_file(
     readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
                 if key in task_options]
     dart = [f"dart{noise:g}"] if noise > 0 else []
-    name = "_".join([task, *readable, digest, *dart, f"d{difficulty:g}", f"n{demos}"])
+    first = [f"s{seed}"] if seed else []
+    name = "_".join([task, *readable, digest, *dart, f"d{difficulty:g}", f"n{demos}", *first])
     return Path(demo_dir) / f"{name}.hdf5"

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 import tasks
 from harness.bc import random_shift, split_by_episode
-from harness.config import STATE_PRETRAIN_SEED
+from harness.config import state_pretrain_first_seed
 from harness.policies import TokenPolicy, obs_to_batch
 
 
@@ -54,7 +54,7 @@ def pretrain_state_features(
             (its token head is untouched).
         task: Task name.
         task_options: Options of ``tasks.make``; ``obs_mode`` is replaced by ``pixels_state``.
-        episodes: Noisy-expert episodes to render (seeds ``3_000_000 + seed * 10_000 + i``,
+        episodes: Noisy-expert episodes to render (seeds ``harness.config.state_pretrain_first_seed(seed) + i``,
             disjoint from the evaluation seeds).
         epochs: Passes over the frames.
         difficulty: Start-state difficulty of those episodes.
@@ -154,7 +154,7 @@ def _noisy_expert_frames(
     try:
         for i in tqdm(episodes, desc="state pretraining frames", disable=not progress,
                       leave=False):
-            episode_seed = STATE_PRETRAIN_SEED + seed * 10_000 + i
+            episode_seed = state_pretrain_first_seed(seed) + i
             obs, _ = env.reset(seed=episode_seed, options={"difficulty": float(difficulty)})
             expert = tasks.ScriptedExpert(env, noise=noise, seed=episode_seed)
             done = False

@@ -262,3 +262,40 @@ def band_curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], ...]]],
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
     return save_figure(figure, out)
+
+
+def before_after(pairs: Mapping[str, Sequence[Sequence[float]]], out: str | Path,
+                 labels: Sequence[str] = ("before", "after"), title: str = "") -> Path:
+    """One panel per arm: each run as a line from its ``before`` to its ``after`` score (a rise
+    green, a fall red), with the median of each side as a bar.
+
+    Args:
+        pairs: ``{arm: [[before, after], ...]}``, one pair per run.
+        out: PNG path to write.
+        labels: The two sides' names.
+        title: Figure title.
+
+    Returns:
+        The PNG path.
+    """
+    figure, axes = plt.subplots(1, len(pairs), figsize=(3.6 * len(pairs) + 0.8, 4.2), dpi=110,
+                                squeeze=False, sharey=True)
+    for axis, (arm, runs) in zip(axes[0], pairs.items(), strict=True):
+        values = np.asarray(runs, dtype=float).reshape(-1, 2)
+        for before, after in values:
+            axis.plot([0, 1], [before, after], "o-", markersize=5, alpha=0.8,
+                      color="tab:green" if after > before else "tab:red")
+        for side in (0, 1):
+            median = float(np.median(values[:, side]))
+            axis.plot([side - 0.15, side + 0.15], [median, median], color="black", linewidth=3)
+        axis.set_xticks([0, 1], list(labels), fontsize=8)
+        axis.set_xlim(-0.4, 1.4)
+        axis.set_title(f"{arm} ({len(values)} runs)", fontsize=9)
+        axis.grid(axis="y", alpha=0.3)
+    if np.all((0 <= np.concatenate([np.ravel(v) for v in pairs.values()]))
+              & (np.concatenate([np.ravel(v) for v in pairs.values()]) <= 1)):
+        axes[0][0].set_ylim(-0.02, 1.02)
+    axes[0][0].set_ylabel("success rate")
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    return save_figure(figure, out)

@@ -26,9 +26,10 @@ REPS = 500  # enough for intervals whose ends have >= 25% mass, as below
 def write_run(folder: Path, *, overrides: list[str] | None, seed: int, final: float,
               task: str = "push", algo: str = "grpo", config: dict | None = None,
               series: dict[str, list[tuple[int, float]]] | None = None,
-              env_steps: int = 3000) -> Path:
-    """A run folder as ``scripts/train.py`` leaves it: summary.json, long-format metrics.csv,
-    config.yaml and (unless ``overrides`` is None) .hydra/overrides.yaml."""
+              env_steps: int = 3000, extra: dict | None = None) -> Path:
+    """A run folder as ``scripts/train.py`` leaves it: summary.json (plus ``extra``),
+    long-format metrics.csv, config.yaml and (unless ``overrides`` is None)
+    .hydra/overrides.yaml."""
     folder.mkdir(parents=True)
     series = dict(series or {})
     series.setdefault("final/success_rate", [(env_steps, final)])
@@ -40,7 +41,7 @@ def write_run(folder: Path, *, overrides: list[str] | None, seed: int, final: fl
                 writer.writerow([step, f"{step / 100:.3f}", key, repr(float(value))])
     summary = {"algo": algo, "task": task, "seed": seed, "success_rate": final,
                "success_interval": [max(0.0, final - 0.1), min(1.0, final + 0.1)],
-               "env_steps": env_steps, "wall_clock_s": 12.0, "iterations": 3}
+               "env_steps": env_steps, "wall_clock_s": 12.0, "iterations": 3, **(extra or {})}
     (folder / "summary.json").write_text(json.dumps(summary))
     resolved = config or {"task": {"name": task}, "algo": {"name": algo}, "seed": seed}
     (folder / "config.yaml").write_text(yaml.safe_dump(resolved))
@@ -334,6 +335,42 @@ def test_curriculum_ablation_composes_for_every_curriculum(experiment, task, bc_
     assert config.algo.bc_difficulty == bc_difficulty
 
 
+# Four seeds of one arm: start greedy / sampled, the decoding validation chose, final greedy and
+# sampled. The better start is (0.4, 0.3, 0.6, 0.5); the gains over it (+20, +20, -10, +40).
+BEFORE_AFTER = [(0.2, 0.4, "sampled", 0.6, 0.7), (0.3, 0.3, "greedy", 0.5, 0.4),
+                (0.4, 0.6, "sampled", 0.5, 0.6), (0.5, 0.5, "sampled", 0.9, 0.8)]
+
+
+def test_before_after_section_shows_hand_computed_numbers(tmp_path):
+    root = tmp_path / "multirun"
+    for seed, (greedy, sampled, best, final, final_sampled) in enumerate(BEFORE_AFTER):
+        better = sampled if best == "sampled" else greedy
+        write_run(root / f"{seed}_seed={seed}", seed=seed, overrides=[f"seed={seed}"],
+                  final=final, extra={
+                      "start_success_rate": greedy, "start_sampled_success_rate": sampled,
+                      "best_start_decoding": best, "sampled_success_rate": final_sampled,
+                      "improvement": final - greedy, "improvement_interval": [-0.1, 0.5],
+                      "improvement_p_value": 0.04, "improvement_vs_best_start": final - better,
+                      "improvement_vs_best_start_interval": [final - better - 0.1,
+                                                             final - better + 0.1],
+                      "improvement_vs_best_start_p_value": 0.01})
+    text = build_report(root, reps=REPS).read_text()
+    part = section(text, "Before and after")
+    # IQM of four values: the mean of the middle two after sorting
+    assert rows_of(part, "start, greedy")[0][1] == "0.35"                  # (0.3 + 0.4) / 2
+    assert rows_of(part, "start, better decoding (chosen on validation)")[0][1] == "0.45"
+    assert rows_of(part, "final, greedy")[0][1] == "0.55"                  # (0.5 + 0.6) / 2
+    assert rows_of(part, "final, sampled")[0][1] == "0.65"                 # (0.6 + 0.7) / 2
+    gain = rows_of(part, "gain: final greedy - better start")[0]
+    assert gain[1] == "+20" and gain[3] == "+20, +20, -10, +40"            # (20 + 20) / 2
+    # P(final > start): 12.5 of the 16 pairs (ties half), rliable's Mann-Whitney form
+    assert rows_of(part, "P(final greedy > better start)")[0][1] == "0.78"
+    assert "beats the start's better decoding on 3 of 4 seeds; the paired interval excludes " \
+           "0 on 3." in part  # lower ends 0.1, 0.1, -0.2, 0.3
+    assert rows_of(part, "2")[0][3:7] == ["sampled", "0.50", "0.60", "-10 [-20, +0], p = 0.01"]
+    assert (root / "plots" / "before_after.png").stat().st_size > 10_000
+
+
 def test_report_of_a_real_two_job_multirun(tmp_path):
     sweep = tmp_path / "sweep"
     subprocess.run(
@@ -353,6 +390,11 @@ def test_report_of_a_real_two_job_multirun(tmp_path):
     signal = section(text, "Fraction of informative groups")
     assert len(rows_of(signal, "curriculum=success_band")) == 1
     assert (sweep / "plots" / "learning_curves.png").exists()
+    # real group runs carry their start policy's figures: the before/after section reads them
+    part = section(text, "Before and after")
+    for run in runs:
+        gain = 100 * run.summary["improvement_vs_best_start"]
+        assert f"### `{run.arm}`: 1 seeds" in part and f"{gain:+.0f}" in part
 
 
 def test_bootstrap_interval_is_the_same_for_the_same_seed():

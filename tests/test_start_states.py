@@ -145,8 +145,9 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
     for key in ("start_success_rate", "start_success_interval", "start_sampled_success_rate",
                 "best_start_decoding", "start_validation_success_rate"):
         assert mixed[key] == reset[key], key
-    # the demos of demo starts are recorded from seed 0: one more range, held out of evaluation
-    assert mixed["seed_ranges"] == {**reset["seed_ranges"], "start_demo": [0, 30]}
+    # the demos of demo starts are recorded from the run's demo seed (seed 0: 5 * 10^6): one more
+    # range, held out of evaluation
+    assert mixed["seed_ranges"] == {**reset["seed_ranges"], "start_demo": [5_000_000, 5_000_030]}
 
 
 @pytest.mark.parametrize("override, message", [

@@ -301,12 +301,12 @@ PIXEL_START = ["task.obs_mode=pixels_state", "algo.state_pretrain_episodes=5"]
 
 @pytest.mark.parametrize("with_init_policy", [False, True])
 @pytest.mark.parametrize("overrides,named", [
-    (["eval.validation_seed=1000005"], ("test", "validation")),       # inside the test range
-    (["eval.seed=3"], ("demo", "test")),                              # inside the BC demos
-    (["eval.validation_seed=3"], ("demo", "validation")),
-    (["algo.bc_demos=0", "algo.start_states=demo", "algo.start_demos=20", "eval.seed=150"],
+    (["eval.validation_seed=4000000005"], ("test", "validation")),    # inside the test range
+    (["eval.seed=5000003"], ("demo", "test")),                        # inside the BC demos
+    (["eval.validation_seed=5000003"], ("demo", "validation")),
+    (["algo.bc_demos=0", "algo.start_states=demo", "algo.start_demos=20", "eval.seed=5000150"],
      ("start_demo", "test")),                                         # inside the demo starts'
-    (["algo.bc_demos=0", "algo.start_states=demo", "eval.validation_seed=0"],
+    (["algo.bc_demos=0", "algo.start_states=demo", "eval.validation_seed=5000000"],
      ("validation", "start_demo")),
     ([*PIXEL_START, "eval.seed=3000004"], ("state_pretrain", "test")),  # pretraining episodes
     ([*PIXEL_START, "eval.validation_seed=2999999"], ("validation", "state_pretrain")),
@@ -325,22 +325,39 @@ def test_overlapping_seed_ranges_are_refused(overrides, named, with_init_policy,
 
 
 def test_training_ranges_may_share_seeds_and_every_used_range_is_listed(saved_start_policy):
-    """BC demos and the demos of demo starts are both recorded from seed 0: training data on
-    both sides, so they may share seeds; the ranges a run plays are all listed."""
+    """BC demos and the demos of demo starts are both recorded from the run's demo seed:
+    training data on both sides, so they may share seeds; the ranges a run plays are all
+    listed."""
     config = compose("algo.bc_demos=20", "algo.start_states=demo", "algo.start_demos=20",
                      f"algo.init_policy={saved_start_policy}")
     ranges = config.seed_ranges()
-    assert ranges["demo"] == [0, 200] and ranges["start_demo"] == [0, 200]
+    assert ranges["demo"] == [5_000_000, 5_000_200] == ranges["start_demo"]
     assert ranges["validation"] == [2_000_000, 2_000_004]  # the start's decoding is chosen there
     assert "start_demo" not in compose("algo.start_states=reset").seed_ranges()
     pixels = compose("algo.bc_demos=2", *PIXEL_START).seed_ranges()
     assert pixels["state_pretrain"] == [3_000_000, 3_000_005]
 
 
+def test_seeds_differ_in_their_demonstrations_and_demo_seed_overrides(saved_start_policy):
+    """Run seed s records its demos from s * 10^7 + 5 * 10^6, so the seeds of a sweep clone on
+    different demonstrations; ``algo.demo_seed`` names the first seed instead, and its range is
+    checked like any other."""
+    first = {seed: compose("algo.bc_demos=20", f"seed={seed}").seed_ranges()["demo"]
+             for seed in (0, 1, 4)}
+    assert first == {0: [5_000_000, 5_000_200], 1: [15_000_000, 15_000_200],
+                     4: [45_000_000, 45_000_200]}
+    assert compose("algo.bc_demos=20", "algo.demo_seed=0").seed_ranges()["demo"] == [0, 200]
+    with pytest.raises(ConfigError, match=r"seed ranges overlap: demo plays .* and validation plays"):
+        compose("algo.bc_demos=20", "algo.demo_seed=1999990",
+                f"algo.init_policy={saved_start_policy}")
+    with pytest.raises(ConfigError, match=r"algo.demo_seed=-1; must be >= 0"):
+        compose("algo.demo_seed=-1")
+
+
 def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_path):
     summary, metrics = train(tmp_path, "run", "algo.iterations=2", "eval.every_steps=100")
     ranges = summary["seed_ranges"]
-    assert ranges["test"] == [1_000_000, 1_000_010]
+    assert ranges["test"] == [4_000_000_000, 4_000_000_010]
     assert ranges["validation"] == [2_000_000, 2_000_004]
     assert summary["improvement"] == pytest.approx(
         summary["success_rate"] - summary["start_success_rate"])
@@ -418,7 +435,7 @@ def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
     periodic = [seed for seed, episodes in seeds if episodes == 4]
     final = [seed for seed, episodes in seeds if episodes == 10]
     assert periodic and set(periodic) == {2_000_000}
-    assert final and set(final) == {1_000_000}
+    assert final and set(final) == {4_000_000_000}
 
 
 def _short_attempts_long_evaluations(tmp_path, *overrides):

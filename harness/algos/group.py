@@ -54,7 +54,7 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
 from harness.algos.records import EngineSpec
 from harness.algos.start_states import StartStates, demo_start_file
-from harness.config import TrainConfig
+from harness.config import TrainConfig, demo_first_seed
 from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
 from harness.policies import TokenPolicy, resolve_device
@@ -160,7 +160,8 @@ class GroupRun:
                     demos=algo.bc_demos, epochs=algo.bc_epochs,
                     difficulty=(cfg.task.difficulty if algo.bc_difficulty is None
                                 else algo.bc_difficulty),
-                    seed=cfg.seed, progress=cfg.logger.progress_bar,
+                    seed=cfg.seed, demo_seed=demo_first_seed(cfg.seed, algo.demo_seed),
+                    progress=cfg.logger.progress_bar,
                     state_pretrain_episodes=algo.state_pretrain_episodes,
                     state_pretrain_epochs=algo.state_pretrain_epochs,
                     state_pretrain_shift_pad=algo.state_pretrain_shift_pad,

@@ -32,7 +32,7 @@ import numpy as np
 
 import tasks
 from harness import curriculum as curricula
-from harness.config import TRAIN_SEED_STRIDE
+from harness.config import TRAIN_SEED_STRIDE, demo_first_seed
 from harness.demos import DEMO_FORMAT_VERSION, collect_demos, demo_cache_dir
 from harness.start_policy import demo_file
 
@@ -59,15 +59,16 @@ class Start:
 
 def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = True) -> Path:
     """The demo file of ``algo.start_demos`` (state observations, at ``task.difficulty``):
-    recorded once and cached beside the BC demos (``demo_dir``, default
+    recorded once (from :func:`harness.config.demo_first_seed`) and cached beside the BC demos (``demo_dir``, default
     :func:`harness.demos.demo_cache_dir`); a cached file of format version 1 (no snapshots) is
     recorded again."""
     demo_dir = demo_cache_dir() if demo_dir is None else demo_dir
     options = {**cfg.task.env_options(), "obs_mode": "state"}
     options.pop("camera", None)
     options.pop("image_size", None)
+    first_seed = demo_first_seed(cfg.seed, cfg.algo.demo_seed)
     path = demo_file(demo_dir, cfg.task.name, options, cfg.algo.start_demos,
-                     cfg.task.difficulty)
+                     cfg.task.difficulty, seed=first_seed)
     if path.exists():
         with h5py.File(path, "r") as f:
             version = int(f["data"].attrs.get("format_version", 1))
@@ -75,7 +76,7 @@ def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = Tr
             return path
         log.info("%s holds no snapshots (format version %d): recording it again", path, version)
     collect_demos(path, cfg.task.name, cfg.algo.start_demos, difficulty=cfg.task.difficulty,
-                  obs_mode="state", max_episode_steps=options.pop("max_episode_steps", None),
+                  seed=first_seed, obs_mode="state", max_episode_steps=options.pop("max_episode_steps", None),
                   env_options={k: v for k, v in options.items()
                                if k not in ("obs_mode", "difficulty")},
                   progress=progress)

@@ -76,6 +76,7 @@ from harness.config.policy import (
 )
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.config.train import (
+    DEMO_SEED_OFFSET,
     MAX_RESAMPLE_ROUNDS,
     REWARDS,
     SB3_BAND_GROUP_SIZE,
@@ -83,6 +84,8 @@ from harness.config.train import (
     STATE_PRETRAIN_SEED,
     TRAIN_SEED_STRIDE,
     TrainConfig,
+    demo_first_seed,
+    state_pretrain_first_seed,
 )
 
 __all__ = [
@@ -90,6 +93,7 @@ __all__ = [
     "ALGO_SCHEMAS",
     "CONF_DIR",
     "CURRICULUM_SCHEMAS",
+    "DEMO_SEED_OFFSET",
     "GROUP_ALGOS",
     "MAX_RESAMPLE_ROUNDS",
     "OBS_MODE_KEYS",
@@ -135,8 +139,10 @@ __all__ = [
     "VerifierConfig",
     "WandbConfig",
     "compose",
+    "demo_first_seed",
     "load",
     "register_configs",
+    "state_pretrain_first_seed",
     "to_yaml",
 ]
 

@@ -12,6 +12,7 @@ from omegaconf import MISSING
 from harness.config.bounds import (
     MAX_CLIP_HIGH,
     MAX_COUNT,
+    MAX_SEED,
     MAX_TEMPERATURE,
     check_count,
     check_rate,
@@ -194,6 +195,10 @@ class GroupAlgoConfig(AlgoConfig):
         bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
             many scripted-expert demos at ``task.difficulty`` (demos cached under
             ``<data_dir>/demos``).
+        demo_seed: Reset seed of the first attempt of those demos (and of the demos of
+            ``demo`` starts); ``None``: ``seed * 10^7 + 5 * 10^6``
+            (``harness.config.train.demo_first_seed``), so runs of different seeds clone on
+            different demonstrations.
         bc_dataset: Without ``init_policy``: a LeRobotDataset v3.0 folder (e.g. written by
             ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
             recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
@@ -253,6 +258,7 @@ class GroupAlgoConfig(AlgoConfig):
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     init_policy: str | None = None
     bc_demos: int = 0
+    demo_seed: int | None = None
     bc_dataset: str | None = None
     bc_epochs: int = 40
     bc_lr: float = 3e-3
@@ -328,6 +334,8 @@ class GroupAlgoConfig(AlgoConfig):
             check_count(f"algo.{key}", getattr(self, key))
         for key in ("bc_demos", "state_pretrain_episodes"):
             check_count(f"algo.{key}", getattr(self, key), 0)
+        if self.demo_seed is not None:
+            check_count("algo.demo_seed", self.demo_seed, 0, MAX_SEED)
         for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
             check_count(f"algo.{key}", getattr(self, key), 0, MAX_SHIFT_PAD)
         check_count("algo.group_size x algo.num_start_states",

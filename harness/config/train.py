@@ -35,8 +35,13 @@ MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
 # The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
 SB3_BAND_GROUP_SIZE = 8
 STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of start_policy.pretrain_state_features
+STATE_PRETRAIN_STRIDE = 10_000  # ... from STATE_PRETRAIN_SEED + seed * STATE_PRETRAIN_STRIDE
+# Scripted-expert demos (BC and demo starts) of run seed s: from s * TRAIN_SEED_STRIDE + this, so
+# that seeds differ in their demonstrations too (algo.demo_seed overrides it).
+DEMO_SEED_OFFSET = 5_000_000
 # Ranges of seeds that evaluate (validation chooses, test reports): they overlap no other range.
-# Training ranges may share seeds: BC demos and demo-start demos are both recorded from seed 0.
+# Training ranges may share seeds: BC demos and demo-start demos are both recorded from the
+# run's demo seed.
 HELD_OUT_RANGES: tuple[str, ...] = ("validation", "test")
 
 
@@ -238,9 +243,9 @@ class TrainConfig:
         state; SB3: the first reset of each environment, later resets continue its RNG, and
         ``train_resumed`` the reseeding of a resumed run);
         ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
-        attempts per demo); ``start_demo``: the demos of ``demo`` starts (``algo.start_demos``,
-        when ``algo.start_weights`` gives them a share; recorded from seed 0 too,
-        ``harness.algos.start_states.demo_start_file``); ``state_pretrain``: noisy-expert
+        attempts per demo, from :func:`demo_first_seed`); ``start_demo``: the demos of ``demo``
+        starts (``algo.start_demos``, when ``algo.start_weights`` gives them a share; recorded
+        from the same first seed, ``harness.algos.start_states.demo_start_file``); ``state_pretrain``: noisy-expert
         episodes of the state-feature pretraining; ``validation``: periodic evaluations and,
         for group algorithms, the start policy's, which choose its better decoding; ``test``:
         the final evaluation and the start policy's.
@@ -256,13 +261,14 @@ class TrainConfig:
             first = (self.seed + 1) * TRAIN_SEED_STRIDE
             ranges["train"] = [first, first + algo.iterations * algo.num_start_states *
                                MAX_RESAMPLE_ROUNDS]
+            demos = demo_first_seed(self.seed, algo.demo_seed)
             if algo.bc_demos > 0:
-                ranges["demo"] = [0, MAX_TRIES_PER_DEMO * algo.bc_demos]
+                ranges["demo"] = [demos, demos + MAX_TRIES_PER_DEMO * algo.bc_demos]
             if algo.start_weights["demo"] > 0:
-                ranges["start_demo"] = [0, MAX_TRIES_PER_DEMO * algo.start_demos]
+                ranges["start_demo"] = [demos, demos + MAX_TRIES_PER_DEMO * algo.start_demos]
             if ((algo.bc_demos > 0 or algo.bc_dataset) and algo.state_pretrain_episodes > 0
                     and self.task.obs_mode != "state"):
-                first = STATE_PRETRAIN_SEED + self.seed * 10_000
+                first = state_pretrain_first_seed(self.seed)
                 ranges["state_pretrain"] = [first, first + algo.state_pretrain_episodes]
         else:
             ranges["train"] = [self.seed, self.seed + self.n_envs]
@@ -285,8 +291,22 @@ class TrainConfig:
             check(stop_a <= first_b,
                   f"seed ranges overlap: {a} plays reset seeds [{first_a}, {stop_a}) (first, "
                   f"stop) and {b} plays [{first_b}, {stop_b}); a start state must not be both "
-                  "trained on (or chosen on) and evaluated on: change seed, eval.seed or "
-                  "eval.validation_seed")
+                  "trained on (or chosen on) and evaluated on: change seed, eval.seed, "
+                  "eval.validation_seed or algo.demo_seed")
+
+
+def state_pretrain_first_seed(seed: int) -> int:
+    """The reset seed of the first noisy-expert episode of run ``seed``'s state pretraining
+    (episode ``i`` plays this plus ``i``)."""
+    return STATE_PRETRAIN_SEED + seed * STATE_PRETRAIN_STRIDE
+
+
+def demo_first_seed(seed: int, demo_seed: int | None = None) -> int:
+    """The reset seed of the first attempt of run ``seed``'s scripted-expert demos (BC and demo
+    starts): ``demo_seed`` when given (``algo.demo_seed``), else
+    ``seed * TRAIN_SEED_STRIDE + DEMO_SEED_OFFSET``, so that runs of different seeds clone on
+    different demonstrations."""
+    return seed * TRAIN_SEED_STRIDE + DEMO_SEED_OFFSET if demo_seed is None else demo_seed
 
 
 def _numbers(node: Any, prefix: str = "") -> list[tuple[str, float]]:

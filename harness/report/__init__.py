@@ -8,6 +8,9 @@
   the Edge of the Statistical Precipice", through ``rliable``);
 * learning curves of held-out (``eval/`` then ``final/``) and training (``rollout/``) success
   against environment steps: the mean over seeds on a common step grid, banded by min-max;
+* for group runs, the start policy and the final policy on the same test seeds, greedy and
+  sampled, the gain over the start's better decoding (chosen on the validation seeds) as an IQM
+  across seeds, and the probability of improvement (:mod:`harness.report.before_after`);
 * environment steps to reach 50% and 80% success, median over seeds;
 * the fraction of groups that carried a learning signal (outcomes not all equal);
 * verifier error rates when a learned detector scored the attempts (``detector/*``);
@@ -43,6 +46,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from harness.report.before_after import before_after_section
 from harness.report.reading import (
     CURRICULUM_SIGNAL_KEY,
     OLD_SIGNAL_KEY,
@@ -84,6 +88,7 @@ from harness.report.statistics import (
     first_step_reaching,
     interquartile_mean,
     median_steps,
+    probability_of_improvement,
     stratified_bootstrap,
 )
 from harness_common.files import atomic_write_text
@@ -94,7 +99,7 @@ __all__ = [
     "THRESHOLDS", "Band", "Estimate", "ReportError", "RunRecord", "SkippedRun",
     "band_across_runs", "build_report", "detector_rates", "first_step_reaching",
     "held_out_curve", "informative_fraction", "interquartile_mean", "load_runs",
-    "median_steps", "scan_runs", "stratified_bootstrap", "training_curve",
+    "median_steps", "probability_of_improvement", "scan_runs", "stratified_bootstrap", "training_curve",
 ]
 
 log = logging.getLogger(__name__)
@@ -161,6 +166,8 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         lines += [f"> **Warning:** {message}  " for message in found] + [""]
     lines += overview(root, runs, arms, metric)
     lines += final_section(arms, metric, reps, seed, out, plots, names)
+    if metric == "success_rate":
+        lines += before_after_section(arms, reps, seed, out, plots)
     lines += curves_section(arms, metric, out, plots, names)
     if metric.endswith("success_rate"):
         lines += threshold_section(arms, metric)

@@ -1,0 +1,219 @@
+"""A flow-matching action head sampled with injected Gaussian noise, so that a chunk has an exact
+log-probability (the "flow" head of :func:`harness.policies.action_heads.make_head`).
+
+Behaviour cloning trains a vector field ``v(x, t, f)`` over the flattened chunk ``x`` (``D = H *
+A`` entries) by conditional flow matching with linear interpolation, as pi0 / SmolVLA do, in
+the convention ``x_t = t * a + (1 - t) * eps``: ``t = 0`` is noise ``eps ~ N(0, I)``, ``t = 1``
+the demonstrated chunk ``a``, and the target velocity is ``a - eps``. Actions come from ``K``
+Euler steps ``t_k = k / K``, ``dt = 1 / K``.
+
+For RL, every Euler step gets Gaussian noise (πRL's Flow-Noise, Chen et al. 2025, arXiv
+2510.25889; ReinFlow, Zhang et al. 2025, arXiv 2505.22094)::
+
+    x_0     ~ N(0, T^2 I)
+    x_{k+1} = mu_k + T * sigma_k * eps_k,   mu_k = x_k + v(x_k, t_k, f) * dt,   eps_k ~ N(0, I)
+
+Each step is Gaussian given ``x_k``, so the chain ``x_0 .. x_K`` (the record, ``(K + 1) * D``
+floats) has the exact log-density::
+
+    log p(chain) = log N(x_0; 0, T^2 I) + sum_k log N(x_{k+1}; mu_k, T^2 sigma_k^2 I)
+
+``sigma_k`` lies in ``[sigma_min, sigma_max]`` (a sigmoid of a learned value per step and entry,
+or of a small noise network on ``(x_k, t_k, f)``), and ``T`` is the sampling temperature: it
+scales all the noise, so ``T -> 0`` gives the deterministic ODE from ``x_0 = 0``
+(:meth:`FlowHead.greedy`). The executed action is ``clip(x_K, -1, 1)``: clipping is not
+differentiable and loses the density outside the box, so the log-probability is that of the
+chain, which is what the ratio and the KL estimate of group fine-tuning need.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from harness.policies.head_base import (
+    LOG_SQRT_2PI,
+    ActionHead,
+    Decision,
+    check_temperature,
+    gaussian_log_density,
+    positive_int,
+)
+
+NOISE_KINDS: tuple[str, ...] = ("learned", "network")
+TIME_FREQUENCIES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+
+
+def time_embedding(t: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` times in ``[0, 1]`` -> ``(N, 1 + 2 * len(TIME_FREQUENCIES))``: ``t`` and its
+    sines and cosines at ``pi * frequency``."""
+    angles = math.pi * t.unsqueeze(-1) * t.new_tensor(TIME_FREQUENCIES)
+    return torch.cat([t.unsqueeze(-1), angles.sin(), angles.cos()], dim=-1)
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+                         nn.SiLU(), nn.Linear(hidden, out_dim))
+
+
+class FlowHead(ActionHead):
+    """Flow matching over the chunk, sampled by ``steps`` noisy Euler steps (see the module).
+
+    Args:
+        feature_dim: ``F``.
+        chunk_size: ``H``.
+        action_dim: ``A``.
+        steps: ``K``, denoising steps.
+        hidden: Width of the vector field's (and the noise network's) hidden layers.
+        noise: ``learned`` (one ``sigma`` per step and chunk entry, independent of the state)
+            or ``network`` (``sigma`` from a small MLP on ``(x_k, t_k, f)``, as Flow-Noise).
+        sigma_min: Smallest noise scale (> 0 keeps every step's density finite).
+        sigma_max: Largest noise scale.
+        sigma_init: Initial noise scale, everywhere.
+
+    Raises:
+        ValueError: An unknown ``noise`` (naming the choices), or ``0 < sigma_min < sigma_init
+            < sigma_max`` does not hold.
+    """
+
+    def __init__(self, feature_dim: int, chunk_size: int, action_dim: int = 4, *,
+                 steps: int = 4, hidden: int = 128, noise: str = "learned",
+                 sigma_min: float = 0.02, sigma_max: float = 0.5,
+                 sigma_init: float = 0.1) -> None:
+        super().__init__(feature_dim, chunk_size, action_dim)
+        self.steps = positive_int("steps", steps)
+        positive_int("hidden", hidden)
+        if noise not in NOISE_KINDS:
+            raise ValueError(f"noise={noise!r}; choose one of {NOISE_KINDS}")
+        if not 0.0 < sigma_min < sigma_init < sigma_max:
+            raise ValueError(f"sigma_min={sigma_min}, sigma_init={sigma_init}, sigma_max="
+                             f"{sigma_max}; need 0 < min < init < max")
+        self.noise, self.sigma_min, self.sigma_max = noise, float(sigma_min), float(sigma_max)
+        self.record_dim = (self.steps + 1) * self.chunk_dim
+        in_dim = self.chunk_dim + 1 + 2 * len(TIME_FREQUENCIES) + feature_dim
+        self.velocity = _mlp(in_dim, hidden, self.chunk_dim)
+        fraction = (sigma_init - sigma_min) / (sigma_max - sigma_min)
+        noise_logit = math.log(fraction / (1.0 - fraction))
+        if noise == "learned":
+            self.noise_logit = nn.Parameter(torch.full((self.steps, self.chunk_dim), noise_logit))
+        else:  # starts at sigma_init everywhere, whatever the input
+            self.noise_network = nn.Sequential(nn.Linear(in_dim, hidden), nn.SiLU(),
+                                               nn.Linear(hidden, self.chunk_dim))
+            nn.init.zeros_(self.noise_network[-1].weight)
+            nn.init.constant_(self.noise_network[-1].bias, noise_logit)
+
+    # --- the pieces of one step ---------------------------------------------------------------
+
+    def _inputs(self, x: torch.Tensor, t: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, time_embedding(t), features], dim=-1)
+
+    def velocity_at(self, x: torch.Tensor, t: torch.Tensor,
+                    features: torch.Tensor) -> torch.Tensor:
+        """``v(x, t, f)``: ``(N, D)`` points, ``(N,)`` times, ``(N, F)`` features -> ``(N, D)``."""
+        return self.velocity(self._inputs(x, t, features))
+
+    def sigma_at(self, step: torch.Tensor, x: torch.Tensor,
+                 features: torch.Tensor) -> torch.Tensor:
+        """Noise scale ``(N, D)`` of the steps ``step`` ``(N,)`` (int) from points ``x`` at
+        temperature 1."""
+        if self.noise == "learned":
+            logit = self.noise_logit[step]
+        else:
+            logit = self.noise_network(self._inputs(x, step / self.steps, features))
+        return self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(logit)
+
+    def _steps(self, rows: int, k: int, device: torch.device) -> torch.Tensor:
+        return torch.full((rows,), k, dtype=torch.long, device=device)
+
+    def _to_actions(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(-1.0, 1.0).view(-1, self.chunk_size, self.action_dim)
+
+    # --- the head -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def sample(self, features: torch.Tensor, temperature: float = 1.0,
+               generator: torch.Generator | None = None) -> Decision:
+        """A noisy chain ``x_0 .. x_K`` (noise from ``generator``, on the features' device),
+        its log-density and the actions ``clip(x_K, -1, 1)``.
+
+        The log-density is :meth:`log_prob` of the recorded chain (one more batched pass), so
+        that a ratio recomputed on the same batch is exactly 1.
+        """
+        temperature = check_temperature(temperature)
+        features = self.check_features(features)
+        rows, dim, device = features.shape[0], self.chunk_dim, features.device
+        x = temperature * torch.randn((rows, dim), generator=generator, device=device)
+        chain = [x]
+        for k in range(self.steps):
+            step = self._steps(rows, k, device)
+            mean = x + self.velocity_at(x, step / self.steps, features) / self.steps
+            std = temperature * self.sigma_at(step, x, features)
+            x = mean + std * torch.randn((rows, dim), generator=generator, device=device)
+            chain.append(x)
+        record = torch.cat(chain, dim=-1)
+        return Decision(self._to_actions(x), record, self.log_prob(features, record, temperature))
+
+    def log_prob(self, features: torch.Tensor, record: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+        """``(B,)`` log-density of the chain ``record`` at ``temperature``; all ``K`` steps are
+        scored in one batched pass of the networks."""
+        temperature = check_temperature(temperature)
+        features = self.check_features(features)
+        chain = self.check_record(features, record).view(-1, self.steps + 1, self.chunk_dim)
+        rows = chain.shape[0]
+        before, after = chain[:, :-1].flatten(0, 1), chain[:, 1:].flatten(0, 1)  # (B * K, D)
+        step = torch.arange(self.steps, device=chain.device).repeat(rows)
+        repeated = features.repeat_interleave(self.steps, dim=0)
+        mean = before + self.velocity_at(before, step / self.steps, repeated) / self.steps
+        std = temperature * self.sigma_at(step, before, repeated)
+        x0 = chain[:, 0]
+        start = gaussian_log_density(x0, torch.zeros_like(x0), x0.new_tensor(temperature))
+        steps = gaussian_log_density(after, mean, std).view(rows, -1)
+        return start.sum(dim=-1) + steps.sum(dim=-1)
+
+    def greedy(self, features: torch.Tensor) -> torch.Tensor:
+        """The noiseless Euler ODE from ``x_0 = 0``: ``clip(x_K, -1, 1)``, ``(B, H, A)``."""
+        features = self.check_features(features)
+        x = features.new_zeros((features.shape[0], self.chunk_dim))
+        for k in range(self.steps):
+            t = features.new_full((features.shape[0],), k / self.steps)
+            x = x + self.velocity_at(x, t, features) / self.steps
+        return self._to_actions(x)
+
+    def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """Conditional flow matching: ``mean |v(x_t, t, f) - (a - eps)|^2`` over rows and chunk
+        entries, with ``t ~ U(0, 1)``, ``eps ~ N(0, I)`` from ``generator`` and ``x_t = t * a +
+        (1 - t) * eps``. The noise scales are not trained by it (RL moves them)."""
+        targets = self.check_targets(features, target_chunks).flatten(1)
+        features = self.check_features(features)
+        t = torch.rand((targets.shape[0],), generator=generator, device=targets.device)
+        eps = torch.randn(targets.shape, generator=generator, device=targets.device)
+        x_t = t.unsqueeze(-1) * targets + (1.0 - t.unsqueeze(-1)) * eps
+        return (self.velocity_at(x_t, t, features) - (targets - eps)).pow(2).mean()
+
+    def entropy(self, features: torch.Tensor, temperature: float = 1.0,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """Entropy ``(B,)`` of the denoising chain (the distribution the ratio scores), not of
+        the final action alone, which has no closed form: ``H(x_0) + sum_k E[H(x_{k+1} |
+        x_k)]``, each a Gaussian entropy ``sum (log(T sigma) + 1/2 + log sqrt(2 pi))``.
+
+        Exact with ``noise="learned"``; with ``noise="network"`` ``sigma_k`` depends on ``x_k``,
+        so the expectation is a one-chain Monte-Carlo estimate per row (chain drawn from
+        ``generator``).
+        """
+        temperature = check_temperature(temperature)
+        features = self.check_features(features)
+        rows, device = features.shape[0], features.device
+        per_entry = 0.5 + LOG_SQRT_2PI + math.log(temperature)
+        total = features.new_full((rows,), per_entry * self.chunk_dim)  # x_0
+        if self.noise == "learned":
+            chain = features.new_zeros((rows, self.record_dim))  # sigma ignores the states
+        else:
+            chain = self.sample(features, temperature, generator).record
+        before = chain.view(rows, self.steps + 1, self.chunk_dim)[:, :-1].flatten(0, 1)
+        step = torch.arange(self.steps, device=device).repeat(rows)
+        sigma = self.sigma_at(step, before, features.repeat_interleave(self.steps, dim=0))
+        return total + (sigma.log() + per_entry).view(rows, -1).sum(dim=-1)
