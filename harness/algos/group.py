@@ -61,12 +61,8 @@ from harness.policies import TokenPolicy, resolve_device
 from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import Run
-from harness.start_policy import (
-    CloneOptions,
-    check_start_policy,
-    cloned_start_policy,
-    keep_start_policy,
-)
+from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
+from harness.start_policy import check_start_policy as check_init_policy
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +147,7 @@ class GroupRun:
         cfg, algo = self.cfg, self.cfg.algo
         if algo.init_policy:
             policy = load_token_policy(algo.init_policy, self.probe.observation_space)
-            check_start_policy(policy.config, cfg.policy.token_policy_config(), algo.init_policy)
+            check_init_policy(policy.config, cfg.policy.token_policy_config(), algo.init_policy)
             return policy, {}
         if algo.bc_demos > 0 or algo.bc_dataset:
             return cloned_start_policy(
