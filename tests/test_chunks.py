@@ -187,6 +187,38 @@ def test_a_policy_file_from_before_chunks_loads_with_one_action(tmp_path):
     assert (again.config.chunk_size, again.config.execute_steps) == (4, 2)
 
 
+def test_a_start_policy_with_other_chunks_is_refused_by_name():
+    from harness.start_policy import check_start_policy
+
+    held = TokenPolicyConfig(kind="mlp", chunk_size=4, execute_steps=2)
+    check_start_policy(held, TokenPolicyConfig(kind="mlp", chunk_size=4, execute_steps=2), "a.pt")
+    wanted = r"init_policy=a.pt holds a policy with .*'chunk_size': 4.*this run's .*'chunk_size': 1"
+    with pytest.raises(ValueError, match=wanted):
+        check_start_policy(held, TokenPolicyConfig(kind="mlp"), "a.pt")
+    with pytest.raises(ValueError, match="'kind': 'tiny_vla'"):
+        check_start_policy(held, TokenPolicyConfig(kind="tiny_vla", chunk_size=4,
+                                                   execute_steps=2), "a.pt")
+
+
+def test_a_chunk_policy_function_plays_step_by_step_for_frame_mining():
+    """``success_detectors.mining`` records one step at a time: a chunk is played in order,
+    the policy asked again when it is spent, and a new episode drops the previous rest."""
+    from success_detectors.mining import stepwise
+
+    asked = []
+
+    def chunks(obs):
+        asked.append(obs)
+        return np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * len(asked)
+
+    act = stepwise(chunks)
+    played = [act(step, 0.0, step).tolist() for step in range(4)]
+    assert played == [[10, 11], [12, 13], [14, 15], [20, 21]] and asked == [0, 3]
+    assert act("new", 0.0, 0).tolist() == [30, 31] and asked[-1] == "new"  # rest dropped
+    single = stepwise(lambda obs: np.array([1.0, 2.0]))
+    assert single(None, 0.0, 0).tolist() == [1.0, 2.0]
+
+
 # --- behaviour cloning ------------------------------------------------------------------------
 
 
