@@ -241,8 +241,8 @@ class TrainConfig:
         ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
         attempts per demo, from :func:`demo_first_seed`); ``start_demo``: the demos of ``demo``
         starts (``algo.start_demos``, when ``algo.start_weights`` gives them a share; recorded
-        from the same first seed, ``harness.algos.start_states.demo_start_file``); ``state_pretrain``: noisy-expert
-        episodes of the state-feature pretraining; ``validation``: periodic evaluations and,
+        from the same first seed, ``harness.algos.start_states.demo_start_file``);
+        ``state_pretrain``: noisy-expert episodes of the state-feature pretraining; ``validation``: periodic evaluations and,
         for group algorithms, the start policy's, which choose its better decoding; ``test``:
         the final evaluation and the start policy's.
 

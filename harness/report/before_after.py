@@ -109,7 +109,7 @@ def _arm_tables(name: str, arm: Arm, reps: int, seed: int) -> list[str]:
                 s["best_start_decoding"], _pct(s["success_rate"]),
                 _pct(s.get("sampled_success_rate", float("nan"))),
                 _gain(s, "improvement_vs_best_start")]
-               for run, s in zip(arm.runs, summaries)]
+               for run, s in zip(arm.runs, summaries, strict=True)]
     return [
         f"### `{name}`: {len(arm.runs)} seeds", "",
         _table(["", "IQM", "95% CI", "per seed"], rows), "",
