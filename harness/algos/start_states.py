@@ -60,8 +60,8 @@ class Start:
 def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = True) -> Path:
     """The demo file of ``algo.start_demos`` (state observations, at ``task.difficulty``):
     recorded once (from :func:`harness.config.demo_first_seed`) and cached beside the BC demos
-    (``demo_dir``, default :func:`harness.demos.demo_cache_dir`); a cached file of format version 1 (no snapshots) is
-    recorded again."""
+    (``demo_dir``, default :func:`harness.demos.demo_cache_dir`); a cached file of format
+    version 1 (no snapshots) is recorded again."""
     demo_dir = demo_cache_dir() if demo_dir is None else demo_dir
     options = {**cfg.task.env_options(), "obs_mode": "state"}
     options.pop("camera", None)
