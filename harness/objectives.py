@@ -9,7 +9,8 @@ References:
     Williams (1992), REINFORCE. Schulman et al. (2015), GAE. Schulman et al. (2017), PPO.
     Shao et al. (2024), DeepSeekMath (GRPO). Kool et al. (2019), "Buy 4 REINFORCE samples, get
     a baseline for free!" (RLOO). Liu et al. (2025), "Understanding R1-Zero-Like Training"
-    (Dr. GRPO). Yu et al. (2025), DAPO (clip-higher). Schulman (2020), "Approximating KL divergence" (the k3 estimator).
+    (Dr. GRPO). Yu et al. (2025), DAPO (clip-higher). Schulman (2020), "Approximating KL
+    divergence" (the k3 estimator).
 """
 
 from __future__ import annotations
