@@ -7,13 +7,23 @@ STAMP := $(VENV)/.installed
 # The suite runs in two processes (pytest-xdist), each test file whole on one of them.
 TEST_WORKERS ?= 2
 
-.PHONY: run test setup lint bench
+# The multi-seed headline: the main job on five seeds, one after the other (each uses both
+# cores), then the report across them (docs/results.md).
+SEEDS ?= 0,1,2,3,4
+SWEEP_DIR ?= multirun/main_job_seeds
+
+.PHONY: run test setup lint bench seeds
 
 run: $(STAMP)
 	$(PY) scripts/main.py
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+seeds: $(STAMP)
+	$(PY) scripts/train.py -m +experiment=main_job seed=$(SEEDS) hydra.launcher.n_jobs=1 \
+		hydra.sweep.dir=$(SWEEP_DIR)
+	$(PY) scripts/report.py $(SWEEP_DIR)
 
 setup: $(STAMP)
 

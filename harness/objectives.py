@@ -6,10 +6,11 @@ apart from the per-token objective and from how token losses are aggregated into
 takes tensors and returns tensors (plus a dict of python floats for metrics).
 
 References:
-    Williams (1992), REINFORCE. Schulman et al. (2017), PPO. Shao et al. (2024), DeepSeekMath
-    (GRPO). Kool et al. (2019), "Buy 4 REINFORCE samples, get a baseline for free!" (RLOO).
-    Liu et al. (2025), "Understanding R1-Zero-Like Training" (Dr. GRPO). Yu et al. (2025), DAPO
-    (clip-higher). Schulman (2020), "Approximating KL divergence" (the k3 estimator).
+    Williams (1992), REINFORCE. Schulman et al. (2015), GAE. Schulman et al. (2017), PPO.
+    Shao et al. (2024), DeepSeekMath (GRPO). Kool et al. (2019), "Buy 4 REINFORCE samples, get
+    a baseline for free!" (RLOO). Liu et al. (2025), "Understanding R1-Zero-Like Training"
+    (Dr. GRPO). Yu et al. (2025), DAPO (clip-higher). Schulman (2020), "Approximating KL
+    divergence" (the k3 estimator).
 """
 
 from __future__ import annotations
@@ -100,6 +101,90 @@ def _check_group_rewards(rewards: torch.Tensor, group_size: int, estimator: str)
         raise ValueError(
             f"{rewards.numel()} rewards do not split into groups of group_size={group_size}"
         )
+
+
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+    last_values: torch.Tensor, terminated: torch.Tensor, gamma: float, lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al., 2015) over padded attempts.
+
+    ``delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)`` and
+    ``A_t = sum_{l >= 0} (gamma * lam)^l * delta_{t+l}``, computed backwards as
+    ``A_t = delta_t + gamma * lam * A_{t+1}``. After an attempt's last decision the next value is
+    0 when it ``terminated`` (success ended it) and ``last_values`` (the critic's value of the
+    state it was cut in) when a step limit truncated it, so a time limit is not read as a
+    failure.
+
+    Args:
+        rewards: ``(N, T)`` reward of each decision, padded after ``lengths``.
+        values: ``(N, T)`` ``V(s_t)`` at each decision, padded likewise.
+        lengths: ``(N,)`` decisions of each attempt, in ``[1, T]``.
+        last_values: ``(N,)`` value of the state after the last decision (used if truncated).
+        terminated: ``(N,)`` bool, the attempt ended in a terminal state.
+        gamma: Discount per decision, in [0, 1].
+        lam: GAE's lambda, in [0, 1] (0: one-step TD, 1: Monte-Carlo return minus V).
+
+    Returns:
+        ``(advantages, returns)``, both ``(N, T)`` and 0 on the padding; the returns
+        (``advantages + values``) are the value head's regression targets.
+
+    Raises:
+        ValueError: Mismatched shapes, lengths outside ``[1, T]``, or gamma/lam outside [0, 1].
+    """
+    if rewards.shape != values.shape or rewards.dim() != 2:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and values {tuple(values.shape)} "
+                         "must both be (N, T)")
+    n, t_max = rewards.shape
+    for name, tensor in (("lengths", lengths), ("last_values", last_values),
+                         ("terminated", terminated)):
+        if tensor.shape != (n,):
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected ({n},)")
+    if n and (int(lengths.min()) < 1 or int(lengths.max()) > t_max):
+        raise ValueError(f"lengths must be in [1, {t_max}]; got {lengths.tolist()}")
+    for name, value in (("gamma", gamma), ("lam", lam)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name}={value}; must be in [0, 1]")
+    steps = torch.arange(t_max, device=rewards.device)
+    mask = steps[None, :] < lengths[:, None]
+    last = steps[None, :] == (lengths[:, None] - 1)
+    bootstrap = torch.where(terminated, torch.zeros_like(last_values), last_values)
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    next_values = torch.where(last, bootstrap[:, None].expand_as(values), next_values)
+    deltas = (rewards + gamma * next_values - values) * mask
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros(n, dtype=rewards.dtype, device=rewards.device)
+    for t in range(t_max - 1, -1, -1):
+        running = deltas[:, t] + gamma * lam * running * mask[:, t]
+        advantages[:, t] = running
+    advantages = advantages * mask
+    return advantages, (advantages + values) * mask
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+               mask: torch.Tensor, clip: float | None = None) -> torch.Tensor:
+    """PPO's value loss, ``0.5 * (V - R)^2``, averaged over the unmasked decisions; with
+    ``clip``, the larger of it and the loss of ``old_V + clip(V - old_V, -clip, clip)`` (the
+    value moves at most ``clip`` from the value the rollout recorded, as in PPO2's baselines).
+
+    Args:
+        values: Current ``V(s_t)``, any shape.
+        old_values: ``V(s_t)`` when the rollout was collected, same shape.
+        returns: The targets (:func:`gae`'s returns), same shape.
+        mask: 1 where a decision exists, same shape.
+        clip: Clip range of the value's move; ``None`` leaves it unclipped.
+
+    Returns:
+        The scalar loss.
+    """
+    if clip is not None and clip <= 0:
+        raise ValueError(f"clip={clip}; must be > 0 or None")
+    losses = (values - returns) ** 2
+    if clip is not None:
+        moved = old_values + torch.clamp(values - old_values, -clip, clip)
+        losses = torch.maximum(losses, (moved - returns) ** 2)
+    mask = mask.to(values.dtype)
+    return 0.5 * (losses * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

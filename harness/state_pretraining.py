@@ -54,8 +54,9 @@ def pretrain_state_features(
             (its token head is untouched).
         task: Task name.
         task_options: Options of ``tasks.make``; ``obs_mode`` is replaced by ``pixels_state``.
-        episodes: Noisy-expert episodes to render (seeds ``harness.config.state_pretrain_first_seed(seed) + i``,
-            disjoint from the evaluation seeds).
+        episodes: Noisy-expert episodes to render (seeds
+            ``harness.config.state_pretrain_first_seed(seed) + i``, disjoint from the evaluation
+            seeds).
         epochs: Passes over the frames.
         difficulty: Start-state difficulty of those episodes.
         noise: Std of the Gaussian noise on the expert's actions.

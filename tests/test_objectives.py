@@ -11,9 +11,11 @@ from harness.objectives import (
     AGGREGATIONS,
     ESTIMATORS,
     aggregate_token_loss,
+    gae,
     group_advantages,
     kl_k3,
     policy_loss,
+    value_loss,
 )
 
 torch.set_num_threads(1)
@@ -281,3 +283,68 @@ def test_shape_mismatch_raises():
     logp, old_logp, _, mask = _args()
     with pytest.raises(ValueError, match="advantages"):
         policy_loss(logp, old_logp, torch.zeros(3), mask)
+
+
+# GAE, worked by hand with gamma = 0.9, lam = 0.8 (gamma * lam = 0.72).
+# Attempt 0: rewards (0, 0, 1), values (0.5, 0.6, 0.7), success ended it (terminal: next value 0):
+#   delta = (0 + 0.9*0.6 - 0.5, 0 + 0.9*0.7 - 0.6, 1 + 0 - 0.7) = (0.04, 0.03, 0.3)
+#   A_2 = 0.3; A_1 = 0.03 + 0.72*0.3 = 0.246; A_0 = 0.04 + 0.72*0.246 = 0.21712
+# Attempt 1: two decisions (rewards (1, 0), values (0.2, 0.1)), terminal, one step of padding:
+#   delta = (1 + 0.9*0.1 - 0.2, 0 - 0.1) = (0.89, -0.1); A_1 = -0.1; A_0 = 0.89 - 0.072 = 0.818
+# Attempt 0 cut by a step limit instead, the state it was cut in valued 0.4:
+#   delta_2 = 1 + 0.9*0.4 - 0.7 = 0.66; A_1 = 0.03 + 0.72*0.66 = 0.5052;
+#   A_0 = 0.04 + 0.72*0.5052 = 0.403744
+GAE_REWARDS = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 9.0]])  # 9.0: padding, ignored
+GAE_VALUES = torch.tensor([[0.5, 0.6, 0.7], [0.2, 0.1, 9.0]])
+GAE_LENGTHS = torch.tensor([3, 2])
+
+
+def test_gae_matches_the_hand_worked_example():
+    advantages, returns = gae(GAE_REWARDS, GAE_VALUES, GAE_LENGTHS, torch.tensor([0.4, 0.3]),
+                              torch.tensor([True, True]), gamma=0.9, lam=0.8)
+    expected = torch.tensor([[0.21712, 0.246, 0.3], [0.818, -0.1, 0.0]])
+    assert torch.allclose(advantages, expected, atol=1e-6)
+    assert torch.allclose(returns, torch.tensor([[0.71712, 0.846, 1.0], [1.018, 0.0, 0.0]]),
+                          atol=1e-6)
+
+
+def test_gae_bootstraps_a_truncated_attempt_from_its_last_value():
+    advantages, _ = gae(GAE_REWARDS[:1], GAE_VALUES[:1], GAE_LENGTHS[:1], torch.tensor([0.4]),
+                        torch.tensor([False]), gamma=0.9, lam=0.8)
+    assert torch.allclose(advantages, torch.tensor([[0.403744, 0.5052, 0.66]]), atol=1e-6)
+
+
+def test_gae_lambda_ends_are_td_and_monte_carlo():
+    """lam = 0: the one-step TD residual; lam = 1: the discounted return minus V."""
+    terminal = torch.tensor([True, True])
+    last = torch.zeros(2)
+    td, _ = gae(GAE_REWARDS, GAE_VALUES, GAE_LENGTHS, last, terminal, gamma=0.9, lam=0.0)
+    assert torch.allclose(td, torch.tensor([[0.04, 0.03, 0.3], [0.89, -0.1, 0.0]]), atol=1e-6)
+    mc, _ = gae(GAE_REWARDS, GAE_VALUES, GAE_LENGTHS, last, terminal, gamma=0.9, lam=1.0)
+    # returns (0.81, 0.9, 1.0) and (1.0, 0.0) minus the values
+    assert torch.allclose(mc, torch.tensor([[0.31, 0.3, 0.3], [0.8, -0.1, 0.0]]), atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"gamma": 1.5}, "gamma=1.5; must be in"),
+    ({"lam": -0.1}, "lam=-0.1; must be in"),
+    ({"lengths": torch.tensor([4, 2])}, r"lengths must be in \[1, 3\]"),
+    ({"last_values": torch.zeros(3)}, r"last_values has shape \(3,\); expected \(2,\)"),
+])
+def test_gae_refuses_bad_inputs_by_name(kwargs, message):
+    args = dict(rewards=GAE_REWARDS, values=GAE_VALUES, lengths=GAE_LENGTHS,
+                last_values=torch.zeros(2), terminated=torch.tensor([True, False]),
+                gamma=0.9, lam=0.8)
+    with pytest.raises(ValueError, match=message):
+        gae(**{**args, **kwargs})
+
+
+def test_value_loss_clips_the_move_from_the_rollout_value():
+    """V moved from 0.0 to 1.0 with target 1.0: unclipped loss 0; clipped at 0.2, the moved value
+    counts as 0.2 and the larger loss 0.5 * 0.8^2 = 0.32 is taken. The masked entry is ignored."""
+    values, old = torch.tensor([1.0, 5.0]), torch.tensor([0.0, 0.0])
+    returns, mask = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0])
+    assert value_loss(values, old, returns, mask).item() == pytest.approx(0.0)
+    assert value_loss(values, old, returns, mask, clip=0.2).item() == pytest.approx(0.32)
+    with pytest.raises(ValueError, match="clip=0; must be > 0"):
+        value_loss(values, old, returns, mask, clip=0)

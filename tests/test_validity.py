@@ -348,7 +348,8 @@ def test_seeds_differ_in_their_demonstrations_and_demo_seed_overrides(saved_star
     assert first == {0: [5_000_000, 5_000_200], 1: [15_000_000, 15_000_200],
                      4: [45_000_000, 45_000_200]}
     assert compose("algo.bc_demos=20", "algo.demo_seed=0").seed_ranges()["demo"] == [0, 200]
-    with pytest.raises(ConfigError, match=r"seed ranges overlap: demo plays .* and validation plays"):
+    with pytest.raises(ConfigError,
+                       match=r"seed ranges overlap: demo plays .* and validation plays"):
         compose("algo.bc_demos=20", "algo.demo_seed=1999990",
                 f"algo.init_policy={saved_start_policy}")
     with pytest.raises(ConfigError, match=r"algo.demo_seed=-1; must be >= 0"):

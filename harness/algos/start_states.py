@@ -59,9 +59,9 @@ class Start:
 
 def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = True) -> Path:
     """The demo file of ``algo.start_demos`` (state observations, at ``task.difficulty``):
-    recorded once (from :func:`harness.config.demo_first_seed`) and cached beside the BC demos (``demo_dir``, default
-    :func:`harness.demos.demo_cache_dir`); a cached file of format version 1 (no snapshots) is
-    recorded again."""
+    recorded once (from :func:`harness.config.demo_first_seed`) and cached beside the BC demos
+    (``demo_dir``, default :func:`harness.demos.demo_cache_dir`); a cached file of format
+    version 1 (no snapshots) is recorded again."""
     demo_dir = demo_cache_dir() if demo_dir is None else demo_dir
     options = {**cfg.task.env_options(), "obs_mode": "state"}
     options.pop("camera", None)
@@ -76,7 +76,8 @@ def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = Tr
             return path
         log.info("%s holds no snapshots (format version %d): recording it again", path, version)
     collect_demos(path, cfg.task.name, cfg.algo.start_demos, difficulty=cfg.task.difficulty,
-                  seed=first_seed, obs_mode="state", max_episode_steps=options.pop("max_episode_steps", None),
+                  seed=first_seed, obs_mode="state",
+                  max_episode_steps=options.pop("max_episode_steps", None),
                   env_options={k: v for k, v in options.items()
                                if k not in ("obs_mode", "difficulty")},
                   progress=progress)

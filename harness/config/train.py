@@ -245,10 +245,11 @@ class TrainConfig:
         ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
         attempts per demo, from :func:`demo_first_seed`); ``start_demo``: the demos of ``demo``
         starts (``algo.start_demos``, when ``algo.start_weights`` gives them a share; recorded
-        from the same first seed, ``harness.algos.start_states.demo_start_file``); ``state_pretrain``: noisy-expert
-        episodes of the state-feature pretraining; ``validation``: periodic evaluations and,
-        for group algorithms, the start policy's, which choose its better decoding; ``test``:
-        the final evaluation and the start policy's.
+        from the same first seed, ``harness.algos.start_states.demo_start_file``);
+        ``state_pretrain``: noisy-expert episodes of the state-feature pretraining;
+        ``validation``: periodic evaluations and, for group algorithms, the start policy's,
+        which choose its better decoding; ``test``: the final evaluation and the start
+        policy's.
 
         With ``algo.init_policy`` the ``demo`` and ``state_pretrain`` ranges are listed all the
         same: the ``bc_*`` options then say how the loaded start was cloned (the arms of an

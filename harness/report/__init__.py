@@ -99,7 +99,8 @@ __all__ = [
     "THRESHOLDS", "Band", "Estimate", "ReportError", "RunRecord", "SkippedRun",
     "band_across_runs", "build_report", "detector_rates", "first_step_reaching",
     "held_out_curve", "informative_fraction", "interquartile_mean", "load_runs",
-    "median_steps", "probability_of_improvement", "scan_runs", "stratified_bootstrap", "training_curve",
+    "median_steps", "probability_of_improvement", "scan_runs", "stratified_bootstrap",
+    "training_curve",
 ]
 
 log = logging.getLogger(__name__)

@@ -73,7 +73,7 @@ def before_after_section(arms: dict[str, Arm], reps: int, seed: int, out: Path,
         {name: [[better_start(r.summary), float(r.summary["success_rate"])] for r in arm.runs]
          for name, arm in kept.items()},
         figure, labels=("start, better decoding", "final, greedy"),
-        title="Test success per seed: the start at its better decoding, then the final policy")
+        title="Test success per seed")
     lines += [
         "IQM: interquartile mean over seeds, 95% CI by stratified bootstrap over seeds. "
         "P(final > start): the probability that a seed's final greedy policy scores higher than "
@@ -109,7 +109,7 @@ def _arm_tables(name: str, arm: Arm, reps: int, seed: int) -> list[str]:
                 s["best_start_decoding"], _pct(s["success_rate"]),
                 _pct(s.get("sampled_success_rate", float("nan"))),
                 _gain(s, "improvement_vs_best_start")]
-               for run, s in zip(arm.runs, summaries)]
+               for run, s in zip(arm.runs, summaries, strict=True)]
     return [
         f"### `{name}`: {len(arm.runs)} seeds", "",
         _table(["", "IQM", "95% CI", "per seed"], rows), "",
