@@ -249,7 +249,7 @@ def copy_folder(saved: Path, target: Path) -> Path:
     ("pickle_only", r"lacks \['model.safetensors'\] \(it has \['pytorch_model.bin'\]"),
     ("wrong_type", "type='act'; expected 'smolvla'"),
     ("not_json", "is not readable JSON"),
-    ("bad_field", "chunk_size='8' is not a int"),
+    ("bad_field", "chunk_size='8' is not of type int"),
     ("hub_backbone", "vlm_model_name='HuggingFaceTB/SmolVLM2-500M-Video-Instruct' is not a "
                      "local folder"),
 ])

@@ -75,7 +75,7 @@ class Architecture:
             value = policy.get(spec.name, spec.default)
             kind = {"int": int, "str": str, "bool": bool, "float": (int, float)}[spec.type]
             if not isinstance(value, kind) or (spec.type != "bool" and isinstance(value, bool)):
-                raise CheckpointError(f"{source}: {spec.name}={value!r} is not a {spec.type}")
+                raise CheckpointError(f"{source}: {spec.name}={value!r} is not of type {spec.type}")
             values[spec.name] = float(value) if spec.type == "float" else value
         arch = cls(**values)
         problems = [
