@@ -42,7 +42,7 @@ CONFIGURATIONS = [("processes", "per_worker"), ("ray", "per_worker"), ("processe
 
 
 def _same(a, b) -> bool:
-    return (np.array_equal(a.tokens, b.tokens) and np.array_equal(a.success, b.success)
+    return (np.array_equal(a.decisions, b.decisions) and np.array_equal(a.success, b.success)
             and all(np.array_equal(a.obs[k], b.obs[k]) for k in a.obs))
 
 

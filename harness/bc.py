@@ -3,7 +3,10 @@
 Each expert action dimension is discretised into the policy's ``K`` bins
 (:func:`harness.policies.actions_to_tokens`) and the policy is trained by cross-entropy on those
 tokens, as RT-2 / OpenVLA fine-tune on robot data. Pixels are augmented by random shifts (DrQ,
-Kostrikov et al. 2020), which matters with few demonstrations.
+Kostrikov et al. 2020), which matters with few demonstrations. A policy with action chunks
+(``chunk_size = H``) learns at step ``t`` the expert's actions ``t .. t+H-1`` of the same
+episode; the slots past an episode's end are masked out of the loss
+(:func:`harness.policies.chunks.chunk_targets` says why).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tqdm import tqdm
 from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
+from harness.policies.chunks import chunk_targets
 from harness_common.stats import wilson_interval
 
 
@@ -50,17 +54,36 @@ def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> 
     return pixels[index, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
 
 
-def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over every action token.
+def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor,
+                        valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over every action token, or over the ``valid`` ones.
 
     Args:
-        logits: ``(B, A, K)`` token scores.
-        tokens: ``(B, A)`` int64 target tokens.
+        logits: ``(B, T, K)`` token scores (``T``: the tokens of a decision).
+        tokens: ``(B, T)`` int64 target tokens.
+        valid: ``(B, T)`` bool, the tokens that count (a chunk's slots past the end of its
+            episode do not); ``None``: all.
 
     Returns:
         Scalar loss.
     """
-    return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+    if valid is None:
+        return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+    losses = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
+    weights = valid.flatten().to(losses.dtype)
+    return (losses * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def bc_targets(policy: TokenPolicy, demos: Demos,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The target tokens of every demo step, ``(N, chunk_size * action_dim)``, and which of
+    them are actions of the step's episode (``None``: all of them, as with one action)."""
+    config = policy.config
+    targets, valid = chunk_targets(demos.actions, demos.episode_ids, config.chunk_size)
+    tokens = actions_to_tokens(targets.reshape(len(targets), -1), config.num_bins).to(device)
+    if valid is None:
+        return tokens, None
+    return tokens, torch.as_tensor(np.repeat(valid, config.action_dim, axis=1), device=device)
 
 
 def pretrain_bc(
@@ -109,7 +132,7 @@ def pretrain_bc(
     _check_bc_settings(epochs, batch_size, lr, shift_pad, val_fraction, keep)
     device = next(policy.parameters()).device
     obs = _policy_inputs(policy, demos, device)
-    tokens = actions_to_tokens(demos.actions, policy.config.num_bins).to(device)  # (N, A)
+    tokens, valid = bc_targets(policy, demos, device)  # (N, H * A) each
     train_idx, val_idx = (i.to(device) for i in
                           split_by_episode(demos.episode_ids, val_fraction, seed))
     normalizer = policy.fit_normalizer({key: value[train_idx] for key, value in obs.items()})
@@ -121,9 +144,9 @@ def pretrain_bc(
     for epoch in tqdm(range(1, epochs + 1), desc="bc", disable=not progress, leave=False):
         order = train_idx[torch.randperm(len(train_idx), generator=generator)]
         # a pad of 0 shifts nothing and draws nothing: the same as no augmentation
-        losses = _train_epoch(policy, obs, tokens, order, optimizer, generator, batch_size,
-                              shift_pad if augment else 0, epoch)
-        val_loss, val_accuracy = _validate(policy, obs, tokens, val_idx, batch_size)
+        losses = _train_epoch(policy, obs, (tokens, valid), order, optimizer, generator,
+                              batch_size, shift_pad if augment else 0, epoch)
+        val_loss, val_accuracy = _validate(policy, obs, (tokens, valid), val_idx, batch_size)
         history.append({"bc/train_loss": float(np.mean(losses)), "bc/val_loss": val_loss,
                         "bc/val_accuracy": val_accuracy})
         best.update(epoch, val_loss, policy)
@@ -192,7 +215,7 @@ def _check_bc_settings(epochs: int, batch_size: int, lr: float, shift_pad: int,
 def _train_epoch(
     policy: TokenPolicy,
     obs: Mapping[str, torch.Tensor],
-    tokens: torch.Tensor,
+    targets: tuple[torch.Tensor, torch.Tensor | None],
     order: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
@@ -200,7 +223,8 @@ def _train_epoch(
     shift_pad: int,
     epoch: int,
 ) -> list[float]:
-    """One pass of cross-entropy steps over the steps ``order`` lists, in that order.
+    """One pass of cross-entropy steps over the steps ``order`` lists, in that order, on
+    ``targets``: the tokens and which count (:func:`bc_targets`).
 
     Returns:
         The loss of each minibatch.
@@ -210,12 +234,14 @@ def _train_epoch(
     """
     policy.train()
     losses = []
+    tokens, valid = targets
     for batch_idx in order.split(batch_size):
         batch = {key: value[batch_idx] for key, value in obs.items()}
         if "pixels" in batch:
             batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
         # the demo's own tokens condition an autoregressive policy (teacher forcing)
-        loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx])
+        loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx],
+                                   None if valid is None else valid[batch_idx])
         if not torch.isfinite(loss):
             raise FloatingPointError(f"BC loss is {loss.item()} at epoch {epoch}; try a lower "
                                      f"lr than {optimizer.param_groups[0]['lr']}")
@@ -266,21 +292,28 @@ def split_by_episode(
 def _validate(
     policy: TokenPolicy,
     obs: Mapping[str, torch.Tensor],
-    tokens: torch.Tensor,
+    targets: tuple[torch.Tensor, torch.Tensor | None],
     val_idx: torch.Tensor,
     batch_size: int,
 ) -> tuple[float, float]:
-    """Mean token cross-entropy and exact-token accuracy on ``val_idx`` (NaN when empty)."""
+    """Mean token cross-entropy and exact-token accuracy on ``val_idx`` (NaN when empty), over
+    the tokens that count (``targets``: the tokens and which count, :func:`bc_targets`)."""
     if len(val_idx) == 0:
         return math.nan, math.nan
     policy.eval()
+    tokens, valid = targets
     loss_sum, correct = 0.0, 0
     for batch_idx in val_idx.split(batch_size):
         target = tokens[batch_idx]
         logits = policy.logits({key: value[batch_idx] for key, value in obs.items()}, target)
-        loss_sum += token_cross_entropy(logits, target).item() * target.numel()
-        correct += (logits.argmax(dim=-1) == target).sum().item()
-    count = tokens[val_idx].numel()
+        if valid is None:
+            loss_sum += token_cross_entropy(logits, target).item() * target.numel()
+            correct += (logits.argmax(dim=-1) == target).sum().item()
+        else:
+            counted = valid[batch_idx]
+            loss_sum += token_cross_entropy(logits, target, counted).item() * counted.sum().item()
+            correct += ((logits.argmax(dim=-1) == target) & counted).sum().item()
+    count = tokens[val_idx].numel() if valid is None else valid[val_idx].sum().item()
     return loss_sum / count, correct / count
 
 
@@ -322,6 +355,7 @@ def evaluate_policy(
     options = None if difficulty is None else {"difficulty": float(difficulty)}
     was_training = policy.training
     policy.eval()
+    steps = policy.config.steps_per_decision
     successes, lengths = 0, []
     try:
         with torch.random.fork_rng(devices=[]):
@@ -329,12 +363,15 @@ def evaluate_policy(
             for j in range(episodes):
                 obs, info = env.reset(seed=seed + j, options=options)
                 length, done = 0, False
-                while not done:
-                    _, action = policy.act(obs_to_batch(obs, device=device),
-                                           deterministic=deterministic)
-                    obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
-                    length += 1
-                    done = terminated or truncated
+                while not done:  # each decision plays its chunk's first `steps` actions
+                    _, chunk = policy.act(obs_to_batch(obs, device=device),
+                                          deterministic=deterministic)
+                    for action in chunk[0, :steps].cpu().numpy():
+                        obs, _, terminated, truncated, info = env.step(action)
+                        length += 1
+                        done = terminated or truncated
+                        if done:
+                            break
                 successes += bool(info["is_success"])
                 lengths.append(length)
     finally:

@@ -6,7 +6,9 @@ the raw observation arrays the env returns, each with a leading batch axis, to `
 ``actions``; the preprocessing is inside the graph. Its ``metadata_props`` hold, under
 :data:`METADATA_KEY`, a JSON record of what deploying it needs: the task and its options, the
 graph inputs with their shapes and dtypes, ``num_bins``, ``action_dim`` and the bin-centre rule,
-the source checkpoint's SHA-256 and the export date.
+the source checkpoint's SHA-256 and the export date. A policy with action chunks declares
+``chunk_size`` (its ``actions`` are ``(B, chunk_size, action_dim)``) and ``execute_steps``: each
+decision plays that many actions before the graph sees the next observation.
 
 Nothing here imports torch (``tests/test_export.py`` checks it on ``scripts/deploy_policy.py``),
 so this is the whole inference side a robot computer needs besides ``tasks`` for simulation.
@@ -84,6 +86,11 @@ def check_record(info: dict[str, Any], path: Path) -> None:
         refuse("action_dim", info.get("action_dim"), f"an integer in [1, {MAX_ACTION_DIM}]")
     if not integer(info.get("num_bins"), 2, MAX_BINS):
         refuse("num_bins", info.get("num_bins"), f"an integer in [2, {MAX_BINS}]")
+    chunk = info.get("chunk_size", 1)  # exports from before action chunks hold one action
+    if not integer(chunk, 1, MAX_EPISODE_STEPS):
+        refuse("chunk_size", chunk, f"an integer in [1, {MAX_EPISODE_STEPS}]")
+    if not integer(info.get("execute_steps", chunk), 1, chunk):
+        refuse("execute_steps", info.get("execute_steps"), f"an integer in [1, chunk_size={chunk}]")
     entries = info.get("inputs")
     if not isinstance(entries, list) or not entries:
         refuse("inputs", entries, "a list of {name, shape, dtype}")
@@ -112,8 +119,9 @@ def check_record(info: dict[str, Any], path: Path) -> None:
 
 
 def check_graph(session: ort.InferenceSession, inputs: dict[str, tuple[tuple[int, ...], Any]],
-                action_dim: int, path: Path) -> None:
-    """Refuse a graph whose inputs or ``actions`` output differ from its deploy record.
+                action_dim: int, path: Path, chunk_size: int = 1) -> None:
+    """Refuse a graph whose inputs or ``actions`` output differ from its deploy record
+    (``actions`` ``(B, action_dim)``, or ``(B, chunk_size, action_dim)`` for a chunk).
 
     Raises:
         ValueError: Naming the file and both descriptions.
@@ -122,15 +130,17 @@ def check_graph(session: ort.InferenceSession, inputs: dict[str, tuple[tuple[int
              for node in session.get_inputs()}
     declared = {name: (shape, str(dtype)) for name, (shape, dtype) in inputs.items()}
     actions = [node.shape for node in session.get_outputs() if node.name == "actions"]
-    if graph != declared or not actions or actions[0][1:] != [action_dim]:
+    expected = [action_dim] if chunk_size == 1 else [chunk_size, action_dim]
+    if graph != declared or not actions or actions[0][1:] != expected:
         raise ValueError(f"{path}: the graph takes {graph} and gives actions "
                          f"{actions[0][1:] if actions else None}, but its {METADATA_KEY!r} "
-                         f"metadata declares {declared} and action_dim={action_dim}")
+                         f"metadata declares {declared}, action_dim={action_dim} and "
+                         f"chunk_size={chunk_size}")
 
 
 class ExportedPolicy:
     """An exported token policy in an onnxruntime session: task observation dict -> greedy
-    action, timing every call.
+    action (or the ``execute_steps`` actions of a chunk), timing every call.
 
     Args:
         path: The ``.onnx`` file.
@@ -174,7 +184,9 @@ class ExportedPolicy:
         self.inputs = {entry["name"]: (tuple(entry["shape"]), np.dtype(entry["dtype"]))
                        for entry in self.info["inputs"]}
         self.action_dim = self.info["action_dim"]
-        check_graph(self.session, self.inputs, self.action_dim, path)
+        self.chunk_size = self.info.get("chunk_size", 1)
+        self.execute_steps = self.info.get("execute_steps", self.chunk_size)
+        check_graph(self.session, self.inputs, self.action_dim, path, self.chunk_size)
         self.path = path
         self.inference_seconds: list[float] = []
         if warm_up:
@@ -207,13 +219,14 @@ class ExportedPolicy:
                     f"options {self.info['task_options']}")
 
     def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """The greedy action ``(action_dim,)`` float32 for one raw observation dict."""
+        """The greedy action ``(action_dim,)`` float32 for one raw observation dict; with
+        action chunks, the chunk's first ``execute_steps`` actions ``(k, action_dim)``."""
         start = time.perf_counter()
         feeds = {name: np.asarray(obs[name], dtype)[None] for name, (_, dtype) in
                  self.inputs.items()}
         (actions,) = self.session.run(["actions"], feeds)
         self.inference_seconds.append(time.perf_counter() - start)
-        return actions[0]
+        return actions[0] if self.chunk_size == 1 else actions[0, :self.execute_steps]
 
 
 class _TimedEnv(gym.Wrapper):
@@ -246,8 +259,10 @@ class DeployResult:
         task: The task played.
         task_options: The options it was built with.
         control_period_s: Simulated seconds per control step (``timestep * substeps``).
-        inference_s: Policy time per control step: observation dict in, action out.
-        step_s: Full control step: the policy, then ``env.step`` (physics and camera).
+        inference_s: Policy time per decision: observation dict in, action (or chunk) out;
+            one per control step without action chunks.
+        step_s: Full control step: ``env.step`` (physics and camera), after the policy's
+            time when a decision was taken at that step.
     """
 
     evaluation: EvaluationResult
@@ -302,7 +317,16 @@ def deploy(
     seed = int(evaluation.get("seed", 1_000_000)) if seed is None else seed
     config = env.unwrapped.config
     policy.inference_seconds.clear()
-    result = evaluate(policy, lambda: env, episodes, list(difficulties), seed)
+    decided_at: list[int] = []  # the control step at which each decision was taken
+
+    def decide(obs: dict[str, np.ndarray]) -> np.ndarray:
+        decided_at.append(len(env.step_seconds))
+        return policy(obs)
+
+    result = evaluate(decide, lambda: env, episodes, list(difficulties), seed)
     inference = list(policy.inference_seconds)
+    step_s = list(env.step_seconds)
+    for step, seconds in zip(decided_at, inference, strict=True):
+        step_s[step] = seconds + step_s[step]
     return DeployResult(result, task, options, config.timestep * config.substeps, inference,
-                        [a + b for a, b in zip(inference, env.step_seconds, strict=True)])
+                        step_s)

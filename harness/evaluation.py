@@ -1,8 +1,9 @@
 """Evaluation of a policy: success rate with its Wilson interval, episode length, per difficulty.
 
-:func:`evaluate` is the generic core: a policy function (observation dict -> action), a factory of
-task environments, held-out seeds and difficulties. Every trainer uses it, for periodic and final
-evaluation, with its own policies; ``harness.checkpoints`` adds the checkpoint side
+:func:`evaluate` is the generic core: a policy function (observation dict -> action, or a chunk
+of actions played in order), a factory of task environments, held-out seeds and difficulties.
+Every trainer uses it, for periodic and final evaluation, with its own policies;
+``harness.checkpoints`` adds the checkpoint side
 (``scripts/evaluate.py``), and :func:`override_task_options` the task options a trained policy is
 evaluated or deployed with (``+task.<option>=`` of ``scripts/evaluate.py`` and
 ``scripts/deploy_policy.py``).
@@ -20,6 +21,8 @@ import numpy as np
 import tasks
 from harness_common.stats import wilson_interval
 
+# Observation dict -> one action ``(action_dim,)``, or a chunk ``(k, action_dim)`` of actions
+# played in order before the next call (an episode that ends first drops the rest).
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 EnvFactory = Callable[[], gym.Env]
 
@@ -194,7 +197,10 @@ def evaluate(
     numbers), and seeds far from the training ones are held out.
 
     Args:
-        policy_fn: Task observation dict -> action (deterministic for a fair comparison).
+        policy_fn: Task observation dict -> action, or a chunk of actions ``(k,
+            action_dim)`` (an action-chunking policy's decision: its ``k`` actions are played
+            before ``policy_fn`` sees the next observation). Deterministic for a fair
+            comparison.
         env_factory: Builds one task environment (``render_mode="rgb_array"`` to record videos);
             it is closed at the end.
         episodes: Episodes per difficulty.
@@ -230,12 +236,15 @@ def evaluate(
                 frames = [_frame(env)] if record else []
                 total, length, done = 0.0, 0, False
                 while not done:
-                    obs, reward, terminated, truncated, info = env.step(policy_fn(obs))
-                    total += float(reward)
-                    length += 1
-                    done = terminated or truncated
-                    if record:
-                        frames.append(_frame(env))
+                    for action in as_chunk(policy_fn(obs)):
+                        obs, reward, terminated, truncated, info = env.step(action)
+                        total += float(reward)
+                        length += 1
+                        done = terminated or truncated
+                        if record:
+                            frames.append(_frame(env))
+                        if done:
+                            break
                 results.append(Episode(float(difficulty), seed + j, bool(info["is_success"]),
                                        length, total))
                 if record:
@@ -243,6 +252,22 @@ def evaluate(
     finally:
         env.close()
     return EvaluationResult(results, videos)
+
+
+def as_chunk(actions: np.ndarray) -> np.ndarray:
+    """A policy function's answer as a chunk ``(k, action_dim)``: one action ``(action_dim,)``
+    is a chunk of one.
+
+    Raises:
+        ValueError: Neither one action nor a chunk of them.
+    """
+    actions = np.asarray(actions)
+    if actions.ndim == 1:
+        return actions[None]
+    if actions.ndim != 2 or len(actions) == 0:
+        raise ValueError(f"a policy function answered an array of shape {actions.shape}; "
+                         "expected one action (action_dim,) or a chunk (k, action_dim)")
+    return actions
 
 
 def _frame(env: gym.Env) -> np.ndarray:

@@ -7,7 +7,10 @@ it (pixels to CHW floats in ``[0, 1]``, the mean instruction embedding, the floa
 ``harness.policies.obs_to_batch``), and so is the action rule: outputs are ``logits``
 ``(B, action_dim, num_bins)``, the greedy ``tokens`` (first arg-max, as ``torch.argmax``) and
 their bin-centre ``actions`` ``-1 + 2 * token / (num_bins - 1)``. A deploy side feeds the env's
-arrays and reads ``actions``; :mod:`harness.deploy` does so without torch.
+arrays and reads ``actions``; :mod:`harness.deploy` does so without torch. A policy with action
+chunks (``chunk_size = H > 1``) gives the whole chunk: ``logits`` ``(B, H * action_dim,
+num_bins)``, ``tokens`` ``(B, H * action_dim)`` and ``actions`` ``(B, H, action_dim)``; the
+record's ``execute_steps`` says how many of them the deploy side plays per decision.
 
 Exporter: ``torch.onnx.export(..., dynamo=False)``, the TorchScript tracer, at opset
 :data:`OPSET`. The ``torch.export``-based exporter that torch 2.9+ uses by default needs the
@@ -127,7 +130,11 @@ class GreedyGraph(nn.Module):
     def forward(self, *arrays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         logits = self.policy.logits(dict(zip(self.keys, arrays, strict=True)))
         tokens = logits.argmax(dim=-1)
-        return logits, tokens, tokens_to_actions(tokens, self.policy.config.num_bins)
+        actions = tokens_to_actions(tokens, self.policy.config.num_bins)
+        if self.policy.config.chunk_size > 1:  # one action keeps the (B, action_dim) of old
+            actions = actions.view(-1, self.policy.config.chunk_size,
+                                   self.policy.config.action_dim)
+        return logits, tokens, actions
 
 
 def export_onnx(
@@ -149,8 +156,9 @@ def export_onnx(
 
     Returns:
         ``(model bytes, full record)``: ``record`` plus the graph inputs (shape without the batch
-        axis, dtype), outputs, ``num_bins``, ``action_dim``, the bin centres and their rule, the
-        policy config, the exporter, the parity check and the export date (UTC).
+        axis, dtype), outputs, ``num_bins``, ``action_dim``, ``chunk_size`` and
+        ``execute_steps`` (actions per decision, and played per decision), the bin centres and
+        their rule, the policy config, the exporter, the parity check and the export date (UTC).
 
     Raises:
         TypeError: A policy class that cannot be exported.
@@ -186,6 +194,8 @@ def export_onnx(
         "outputs": list(OUTPUTS),
         "num_bins": config.num_bins,
         "action_dim": config.action_dim,
+        "chunk_size": config.chunk_size,
+        "execute_steps": config.steps_per_decision,
         "bin_centres_rule": BIN_CENTRES_RULE,
         "bin_centres": np.linspace(-1.0, 1.0, config.num_bins).tolist(),
         "exporter": {"torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET,
@@ -248,7 +258,8 @@ def compare_with_torch(model: bytes, policy: TokenPolicy,
     return {"observations": len(observations),
             "max_abs_logit_diff": float(np.abs(logits - expected.numpy()).max()),
             "token_mismatches": int((tokens != expected_tokens.numpy()).sum()),
-            "action_mismatches": int((actions != expected_actions.numpy()).sum())}
+            "action_mismatches": int(
+                (actions != expected_actions.numpy().reshape(actions.shape)).sum())}
 
 
 def sample_observations(env, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

@@ -227,7 +227,9 @@ def policy_loss(
     then aggregated into one scalar by :func:`aggregate_token_loss`.
 
     Args:
-        logp: ``(B, T)`` log-probabilities of the taken tokens under the policy being trained.
+        logp: ``(B, T)`` log-probabilities of the taken tokens under the policy being trained
+            (an attempt's row: the tokens of the steps it played, decision after decision;
+            with action chunks, a decision's unplayed tail is not in it).
         old_logp: ``(B, T)`` the same under the policy that collected the data (no gradient).
         advantages: ``(B,)`` one advantage per attempt, shared by all of its tokens.
         mask: ``(B, T)`` bool or float, 1 for a valid token, 0 for padding.

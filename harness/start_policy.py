@@ -103,6 +103,26 @@ class CloneOptions:
             raise ValueError(f"bc_keep={self.bc_keep!r}; choose one of {BC_KEEP}")
 
 
+def check_start_policy(held, wanted, path: str | os.PathLike) -> None:
+    """Refuse a loaded start policy (``algo.init_policy``) that this run cannot fine-tune as
+    configured: another kind, or other action chunks (its head predicts ``chunk_size``
+    actions, and what it was cloned to execute is part of what it learnt).
+
+    Args:
+        held: The loaded policy's ``TokenPolicyConfig``.
+        wanted: The run's ``TokenPolicyConfig``.
+        path: The file, for the message.
+
+    Raises:
+        ValueError: Naming the file and both sets of values.
+    """
+    names = ("kind", "chunk_size", "execute_steps")
+    have, need = ({name: getattr(config, name) for name in names} for config in (held, wanted))
+    if have != need:
+        raise ValueError(f"algo.init_policy={path} holds a policy with {have}; this run's "
+                         f"policy has {need}")
+
+
 def keep_start_policy(policy: TokenPolicy, run_dir: str | os.PathLike,
                       init_policy: str | None = None) -> str | None:
     """Where a run's start policy can be loaded from by ``algo.init_policy`` of another run.

@@ -145,6 +145,22 @@ def keep_false_positives(frames: FrameSet, probs: np.ndarray, threshold: float,
     return np.sort(np.concatenate(kept)) if kept else np.zeros(0, np.int64)
 
 
+def stepwise(policy_fn: Callable[[Any], np.ndarray]) -> Callable[[Any, float, int], np.ndarray]:
+    """``record_episode``'s ``act`` from a policy function that answers one action or a chunk
+    ``(k, action_dim)`` of them: the chunk's actions are played one per step, and an episode's
+    first step (``step == 0``) drops what the previous episode left."""
+    queue: list[np.ndarray] = []
+
+    def act(obs: Any, _margin: float, step: int) -> np.ndarray:
+        if step == 0:
+            queue.clear()
+        if not queue:
+            actions = np.asarray(policy_fn(obs))
+            queue.extend(actions if actions.ndim == 2 else [actions])
+        return queue.pop(0)
+    return act
+
+
 def _rollout_source(config: MineConfig, task: str, camera: str, image_size: int,
                     policy_loader: PolicyLoader | None):
     """The env and ``run(env, episode) -> FrameSet`` of one worker."""
@@ -174,7 +190,7 @@ def _rollout_source(config: MineConfig, task: str, camera: str, image_size: int,
         rng = np.random.default_rng([config.seed, episode])
         difficulty = float(rng.uniform(*config.difficulty))
         obs, _ = env.reset(seed=int(rng.integers(2**31)), options={"difficulty": difficulty})
-        return record_episode(env, lambda obs, _margin, _step: policy_fn(obs), collect,
+        return record_episode(env, stepwise(policy_fn), collect,
                               episode=episode, difficulty=difficulty, policy_index=-1, obs=obs)
 
     return env, run

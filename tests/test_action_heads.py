@@ -64,7 +64,7 @@ def test_token_head_with_one_step_is_todays_token_policy():
     decision = head.sample(features, 0.7, torch.Generator().manual_seed(3))
     tokens, actions = policy.act(obs, temperature=0.7, uniforms=uniforms[:, 0])
     assert torch.equal(decision.record, tokens.float())
-    assert torch.equal(decision.actions[:, 0], actions)
+    assert torch.equal(decision.actions, actions)  # (B, 1, A) both
     for temperature in (1.0, 0.7):
         per_token = policy.log_prob(obs, tokens, temperature)  # (B, A)
         assert torch.allclose(head.token_log_probs(features, tokens.float(), temperature)[:, 0],
@@ -73,7 +73,7 @@ def test_token_head_with_one_step_is_todays_token_policy():
                               per_token.sum(-1), atol=1e-5)
         assert torch.allclose(head.entropy(features, temperature),
                               policy.entropy(obs, temperature).sum(-1), atol=1e-5)
-    assert torch.equal(head.greedy(features)[:, 0], policy.act(obs, deterministic=True)[1])
+    assert torch.equal(head.greedy(features), policy.act(obs, deterministic=True)[1])
 
 
 def test_token_log_prob_is_the_log_of_sampling_frequencies():

@@ -137,7 +137,7 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
 
 SB3_FIELDS = {"net_arch", "activation", "log_std_init", "features_dim"}
 TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_size",
-                   "image_features", "instruction_keypoints"}
+                   "image_features", "instruction_keypoints", "chunk_size", "execute_steps"}
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_s
       SB3_FIELDS, TINY_VLA_FIELDS),
      (["policy=mlp"], MLPPolicyConfig,
       {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim",
-       "normalize_state"},
+       "normalize_state", "chunk_size", "execute_steps"},
       {"features_dim", "conv_channels", "pooled_size", "image_features",
        "instruction_keypoints"})],
 )
@@ -172,6 +172,37 @@ def test_instruction_keypoints_are_validated_by_name():
         compose([*base, "policy.instruction_keypoints=2", "policy.image_features=avg_pool"])
     with pytest.raises(ConfigError, match="policy.use_instruction=true"):
         compose([*base, "policy.instruction_keypoints=2", "policy.use_instruction=false"])
+
+
+def test_action_chunks_reach_the_token_policy_config():
+    default = compose(["policy=mlp", "algo=grpo"]).policy.token_policy_config()
+    assert (default.chunk_size, default.execute_steps, default.steps_per_decision) == (1, None, 1)
+    chunked = compose(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels",
+                       "policy.chunk_size=4", "policy.execute_steps=2"]).policy
+    config = chunked.token_policy_config()
+    assert (config.chunk_size, config.execute_steps, config.steps_per_decision) == (4, 2, 2)
+    whole = compose(["policy=mlp", "algo=grpo", "policy.chunk_size=3"]).policy
+    assert whole.token_policy_config().steps_per_decision == 3  # null: the whole chunk
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(["policy.chunk_size=0"], r"policy.chunk_size=0; need an int >= 1"),
+     (["policy.chunk_size=4", "policy.execute_steps=5"],
+      r"policy.execute_steps=5 with chunk_size=4; need an int in \[1, chunk_size\]"),
+     (["policy.chunk_size=2", "policy.execute_steps=0"],
+      r"policy.execute_steps=0 with chunk_size=2"),
+     (["policy.execute_steps=2"], r"policy.execute_steps=2 with chunk_size=1")],
+)
+def test_bad_action_chunks_are_refused_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(["policy=mlp", "algo=grpo", *overrides])
+
+
+def test_sb3_refuses_action_chunks_by_name():
+    with pytest.raises(ConfigError, match=r"policy.chunk_size=4 is read by the group trainer"):
+        compose(["policy=mlp", "algo=ppo", "policy.chunk_size=4"])
+    assert compose(["policy=mlp", "algo=ppo", "policy.chunk_size=1"]).policy.chunk_size == 1
 
 
 def test_token_policies_give_their_token_policy_config():

@@ -71,7 +71,7 @@ def greedy_observations(policy, env, episodes: int = 2) -> list[dict[str, np.nda
         while not done:
             observations.append(obs)
             _, actions = policy.act(obs_to_batch(obs), deterministic=True)
-            obs, _, terminated, truncated, _ = env.step(actions[0].numpy())
+            obs, _, terminated, truncated, _ = env.step(actions[0, 0].numpy())
             done = terminated or truncated
     return observations
 
@@ -88,6 +88,7 @@ def test_the_graph_gives_the_torch_logits_and_greedy_actions(runs, kind):
     with torch.no_grad():
         expected_logits = policy.logits(batch)
         expected_tokens, expected_actions = policy.act(batch, deterministic=True)
+    expected_actions = expected_actions[:, 0]  # a chunk of one action: (B, action_dim) out
 
     assert logits.shape == (len(observations), 4, policy.config.num_bins)
     assert np.abs(logits - expected_logits.numpy()).max() <= 1e-4
@@ -160,7 +161,7 @@ def test_the_start_policy_exports_with_reference(runs, tmp_path):
     exported = ExportedPolicy(tmp_path / "start.onnx")
     assert exported.info["source"]["policy"].startswith("reference")
     _, action = start.act(obs_to_batch(obs), deterministic=True)
-    np.testing.assert_array_equal(exported(obs), action[0].numpy())
+    np.testing.assert_array_equal(exported(obs), action[0, 0].numpy())
 
 
 def test_deployment_plays_the_episodes_evaluate_plays(runs):

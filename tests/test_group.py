@@ -327,7 +327,7 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
                                  image_features=keep)).run(
             policy.state_dict(), jobs, 1.0, seed=(7, 1))
         for keep in (False, True))
-    assert np.array_equal(frames.tokens, features.tokens)
+    assert np.array_equal(frames.decisions, features.decisions)
     assert np.array_equal(frames.lengths, features.lengths)
     assert np.array_equal(frames.success, features.success)
     assert "pixels" not in features.obs and set(frames.obs) - {"pixels"} < set(features.obs)

@@ -52,7 +52,7 @@ def test_a_group_started_from_a_demo_step_replays_that_step_exactly(demo_path):
         rollout = pool.run(policy, jobs, 1.0, seed=0)
     firsts = rollout.obs["state"][rollout.starts]
     assert np.array_equal(firsts, np.stack([recorded] * 4))
-    assert len(set(map(bytes, rollout.tokens[rollout.starts]))) > 1  # attempts then differ
+    assert len(set(map(bytes, rollout.decisions[rollout.starts]))) > 1  # attempts then differ
 
 
 def test_a_version_1_demo_file_is_refused_with_the_way_out(tmp_path, demo_path):

@@ -153,7 +153,7 @@ def test_log_probs_are_those_of_the_sampling_temperature():
     rollout, trainer = _rollout_and_trainer("algo.temperature=0.5", "algo.num_iterations=1",
                                             "algo.minibatch_size=64")
     obs = obs_to_batch(rollout.obs, batched=True)
-    tokens = torch.as_tensor(rollout.tokens)
+    tokens = torch.as_tensor(rollout.decisions)
     with torch.no_grad():
         expected = torch.log_softmax(trainer.policy.logits(obs) / 0.5, dim=-1).gather(
             -1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -240,9 +240,10 @@ def test_drop_divides_by_the_kept_attempts_only():
 
     def sub(batch: RolloutBatch, group: int) -> RolloutBatch:
         attempts = np.flatnonzero(batch.group == group)
-        steps = np.concatenate([np.arange(batch.starts[a], batch.starts[a] + batch.lengths[a])
-                                for a in attempts])
-        return RolloutBatch({k: v[steps] for k, v in batch.obs.items()}, batch.tokens[steps],
+        rows = np.concatenate([np.arange(batch.starts[a], batch.starts[a]
+                                         + batch.decision_counts[a]) for a in attempts])
+        return RolloutBatch({k: v[rows] for k, v in batch.obs.items()}, batch.decisions[rows],
+                            batch.executed[rows], batch.decision_counts[attempts],
                             batch.lengths[attempts], batch.success[attempts], None,
                             batch.group[attempts], batch.difficulty[attempts], batch.timing)
 

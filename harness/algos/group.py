@@ -21,9 +21,9 @@ McNemar p-value, against the start's greedy decoding and against its better deco
 the validation seeds (:mod:`harness.algos.group_summary`); periodic evaluations and the ``best``
 checkpoint use the validation seeds (``eval.validation_seed``).
 
-An attempt's tokens are every action dimension of every step until it ends, so successful attempts
-that terminate early are shorter: that is where GRPO's per-attempt length normalisation and
-Dr. GRPO's constant normaliser differ.
+An attempt's tokens are every action dimension of every step it played (with action chunks, the
+executed steps of each decision), so successful attempts that terminate early are shorter: that
+is where GRPO's per-attempt length normalisation and Dr. GRPO's constant normaliser differ.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from harness.policies import load_policy as load_token_policy
 from harness.policies import make as make_policy
 from harness.runs import Run
 from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
+from harness.start_policy import check_start_policy as check_init_policy
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,7 @@ class GroupRun:
         cfg, algo = self.cfg, self.cfg.algo
         if algo.init_policy:
             policy = load_token_policy(algo.init_policy, self.probe.observation_space)
-            if policy.config.kind != cfg.policy.name:
-                raise ValueError(f"algo.init_policy={algo.init_policy} holds a "
-                                 f"{policy.config.kind!r} policy; this run's policy is "
-                                 f"{cfg.policy.name!r}")
+            check_init_policy(policy.config, cfg.policy.token_policy_config(), algo.init_policy)
             return policy, {}
         if algo.bc_demos > 0 or algo.bc_dataset:
             return cloned_start_policy(

@@ -145,14 +145,17 @@ def policy_from_state(state: dict[str, Any], which: str = "policy") -> TokenPoli
 
 def policy_fn(policy: TokenPolicy, sampled: bool = False, temperature: float = 1.0):
     """A raw-observation policy function of ``policy``: greedy tokens, or sampled at
-    ``temperature`` (from torch's global generator)."""
+    ``temperature`` (from torch's global generator). It answers the ``execute_steps`` actions
+    of each decision, ``(k, action_dim)``, which :func:`harness.evaluation.evaluate` plays in
+    order."""
     device = next(policy.parameters()).device
+    steps = policy.config.steps_per_decision
 
     def act(obs):
         with torch.no_grad():
             _, actions = policy.act(obs_to_batch(obs, device=device), deterministic=not sampled,
                                     temperature=temperature)
-        return actions[0].cpu().numpy()
+        return actions[0, :steps].cpu().numpy()
     return act
 
 

@@ -8,6 +8,12 @@ the pure functions of :mod:`harness.objectives`; this module turns a
 Every log-probability (the sampling policy's ``old_logp``, the policy's at each step, the
 reference's) is taken at the sampling temperature ``algo.temperature``, so the ratio compares
 the very distributions the tokens were drawn from and is exactly 1 before the first step.
+
+The data are decisions (:class:`~harness.algos.rollouts.RolloutBatch`): each is evaluated once
+on the observation it was taken on, and the policy's :meth:`~harness.policies.TokenPolicy.
+executed_mask` says which of its log-probability entries count, the tokens of the control steps
+it played (:mod:`harness.policies.chunks`). An attempt's units in the loss are those entries,
+decision after decision; with one action per decision they are its tokens, step after step.
 """
 
 from __future__ import annotations
@@ -26,12 +32,21 @@ log = logging.getLogger(__name__)
 ESTIMATORS_ON_GROUPS = ("grpo", "dr_grpo", "rloo")  # compare attempts within a group
 
 
-DIAGNOSTIC_STEPS = 512  # steps on which entropy and KL to the reference are estimated
+DIAGNOSTIC_STEPS = 512  # decisions on which entropy and KL to the reference are estimated
 
-def attempt_tensor(values: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-step ``(N_steps, action_dim)`` values -> padded per-attempt tokens ``(A, T)`` + mask."""
-    per_attempt = torch.split(values.reshape(len(values), -1), lengths.tolist())
-    flat = [v.reshape(-1) for v in per_attempt]
+def attempt_tensor(values: torch.Tensor, counts: np.ndarray,
+                   valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-decision values ``(N_decisions, U)`` -> the valid ones of each attempt, padded,
+    ``(A, T)``, and the mask of what is not padding.
+
+    Args:
+        values: One row per decision, attempts contiguous.
+        counts: ``(A,)`` decisions of each attempt.
+        valid: ``(N_decisions, U)`` bool, the entries that count (the executed tokens).
+    """
+    rows = torch.split(values.reshape(len(values), -1), counts.tolist())
+    keeps = torch.split(valid.reshape(len(valid), -1), counts.tolist())
+    flat = [v[keep] for v, keep in zip(rows, keeps, strict=True)]
     padded = torch.nn.utils.rnn.pad_sequence(flat, batch_first=True)
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(v, dtype=torch.bool) for v in flat],
                                            batch_first=True)
@@ -39,9 +54,10 @@ def attempt_tensor(values: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Ten
 
 
 def select_attempts(batch_obs: dict[str, torch.Tensor], tokens: torch.Tensor, starts: np.ndarray,
-                    lengths: np.ndarray, attempts: np.ndarray):
-    """Steps of the chosen attempts, concatenated in their order."""
-    index = np.concatenate([np.arange(starts[a], starts[a] + lengths[a]) for a in attempts])
+                    counts: np.ndarray, attempts: np.ndarray):
+    """Decisions of the chosen attempts, concatenated in their order (``starts`` and
+    ``counts``: each attempt's first decision and number of decisions)."""
+    index = np.concatenate([np.arange(starts[a], starts[a] + counts[a]) for a in attempts])
     index_t = torch.as_tensor(index, device=tokens.device)
     return {k: v[index_t] for k, v in batch_obs.items()}, tokens[index_t], index_t
 
@@ -127,19 +143,21 @@ class GroupTrainer:
         """
         algo, policy = self.algo, self.policy
         obs = obs_to_batch(rollout.obs, batched=True, device=self.device)
-        tokens = torch.as_tensor(rollout.tokens, device=self.device)
-        starts, lengths = rollout.starts, rollout.lengths
+        tokens = torch.as_tensor(rollout.decisions, device=self.device)
+        valid = policy.executed_mask(torch.as_tensor(rollout.executed, device=self.device))
+        starts, counts = rollout.starts, rollout.decision_counts
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
 
-        # The update's data: the kept attempts, renumbered 0..A-1, their steps concatenated.
+        # The update's data: the kept attempts, renumbered 0..A-1, their decisions concatenated.
         attempts = np.flatnonzero(np.repeat(keep_groups, algo.group_size))
-        kept_lengths = lengths[attempts]
-        kept_starts = np.concatenate([[0], np.cumsum(kept_lengths)[:-1]]).astype(np.int64)
+        kept_counts = counts[attempts]
+        kept_starts = np.concatenate([[0], np.cumsum(kept_counts)[:-1]]).astype(np.int64)
         kept_advantages, kept_rewards = advantages[attempts], rewards_t[attempts]
         metrics: dict[str, list[float]] = {}
         old_logp = ref_logp = None
         if len(attempts):
-            kept_obs, kept_tokens, _ = select_attempts(obs, tokens, starts, lengths, attempts)
+            kept_obs, kept_tokens, index = select_attempts(obs, tokens, starts, counts, attempts)
+            kept_valid = valid[index]
             with torch.no_grad():
                 if self.freeze_encoder:  # the encoder never changes: encode each frame once
                     kept_obs = self._with_image_features(kept_obs)
@@ -152,26 +170,29 @@ class GroupTrainer:
                 order = self.generator.permutation(len(attempts))
                 for begin in range(0, len(order), algo.minibatch_size):
                     chosen = np.sort(order[begin:begin + algo.minibatch_size])
-                    stats = self._step(kept_obs, kept_tokens, kept_starts, kept_lengths, chosen,
-                                       old_logp, ref_logp, kept_advantages, kept_rewards)
+                    stats = self._step(kept_obs, kept_tokens, kept_valid, kept_starts,
+                                       kept_counts, chosen, old_logp, ref_logp, kept_advantages,
+                                       kept_rewards)
                     for key, value in stats.items():
                         metrics.setdefault(key, []).append(float(value))
 
         result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
-        # Entropy and KL to the reference are diagnostics: a subsample of steps is enough, and
-        # on pixels each evaluated frame costs as much as in the update itself.
+        # Entropy and KL to the reference are diagnostics: a subsample of decisions is enough,
+        # and on pixels each evaluated frame costs as much as in the update itself. Both are
+        # means over the executed tokens.
         with torch.no_grad():
-            source = kept_obs if old_logp is not None else obs
+            source, counted = (kept_obs, kept_valid) if old_logp is not None else (obs, valid)
             stride = max(1, len(next(iter(source.values()))) // DIAGNOSTIC_STEPS)
-            sample = {k: v[::stride] for k, v in source.items()}
-            result["train/entropy"] = float(policy.entropy(sample, algo.temperature).mean())
+            sample, counted = {k: v[::stride] for k, v in source.items()}, counted[::stride]
+            entropy = policy.entropy(sample, algo.temperature)
+            result["train/entropy"] = float(entropy[counted].mean())
             if old_logp is not None:
                 # k3 estimate of KL(sampling policy || reference) on the sampled tokens
                 if ref_logp is None:
                     ref_logp = self._log_probs(self.reference, sample, kept_tokens[::stride])
                 else:
                     ref_logp = ref_logp[::stride]
-                kl_ref = float(kl_k3(old_logp[::stride], ref_logp).mean())
+                kl_ref = float(kl_k3(old_logp[::stride], ref_logp)[counted].mean())
             else:
                 kl_ref = float("nan")  # no group carried signal: nothing was evaluated
         result.update({
@@ -194,16 +215,17 @@ class GroupTrainer:
                               for i in range(0, len(pixels), chunk)])
         return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
 
-    def _step(self, obs, tokens, starts, lengths, chosen, old_logp, ref_logp, advantages,
+    def _step(self, obs, tokens, valid, starts, counts, chosen, old_logp, ref_logp, advantages,
               rewards) -> dict[str, float]:
-        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``lengths``)."""
+        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``counts``)."""
         algo, policy = self.algo, self.policy
-        mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, lengths, chosen)
-        mb_lengths = lengths[chosen]
+        mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, counts, chosen)
+        mb_counts, mb_valid = counts[chosen], valid[index]
         logp_pad, mask = attempt_tensor(policy.log_prob(mb_obs, mb_tokens, algo.temperature),
-                                        mb_lengths)
-        old_pad, _ = attempt_tensor(old_logp[index], mb_lengths)
-        ref_pad = None if ref_logp is None else attempt_tensor(ref_logp[index], mb_lengths)[0]
+                                        mb_counts, mb_valid)
+        old_pad, _ = attempt_tensor(old_logp[index], mb_counts, mb_valid)
+        ref_pad = (None if ref_logp is None
+                   else attempt_tensor(ref_logp[index], mb_counts, mb_valid)[0])
         loss, stats = policy_loss(
             logp_pad, old_pad, advantages[chosen], mask,
             clip_low=algo.clip_low, clip_high=algo.clip_high,

@@ -4,7 +4,7 @@ A *job* (:class:`~harness.algos.records.Job`) is one attempt restored from its s
 more reset options of the attempt (``imperfections``: the scales automatic domain randomisation
 chose for the group, :mod:`harness.algos.collect`). The G jobs of a group share one snapshot, so
 its G attempts start from the very same state. :func:`play` steps environment hosts
-(:class:`EnvHost`) in lock-step with one batched policy call per step; a pool
+(:class:`EnvHost`) in lock-step with one batched policy call per decision; a pool
 (:mod:`harness.algos.pools`, :mod:`harness.algos.batched_pool`) spreads the jobs of an
 iteration over worker processes or Ray actors (:mod:`harness.algos.workers`).
 
@@ -14,6 +14,12 @@ generator, ``SeedSequence([*seed, i])``, by the inverse CDF of each categorical
 :data:`MIN_POLICY_BATCH` rows (small batches take other matrix kernels, whose last bits differ).
 So an attempt plays the same tokens whichever worker, batch or slot it lands in: the same seed
 gives the same attempts with 1, 2 or 16 workers, with processes or with Ray.
+
+A decision is one policy call for one attempt: a chunk of ``chunk_size`` actions
+(:mod:`harness.policies.chunks`), of which ``execute_steps`` are played before the attempt
+asks again (one action per call by default). An attempt's records are its decisions: the
+observation it was taken on, its tokens and the control steps it played (fewer than
+``execute_steps`` when the attempt ended in the middle of the chunk).
 """
 
 from __future__ import annotations
@@ -51,12 +57,18 @@ def attempt_generators(seed: int | Sequence[int], indices: Sequence[int]
 
 @dataclass
 class RolloutBatch:
-    """Attempts of one iteration, steps concatenated attempt by attempt.
+    """Attempts of one iteration, decisions concatenated attempt by attempt.
 
     Attributes:
-        obs: Observation arrays, ``(N_steps, ...)`` per key (none from a greedy call).
-        tokens: Action tokens, ``(N_steps, action_dim)`` int64.
-        lengths: Steps of each attempt, ``(A,)``; attempt ``i`` owns a contiguous slice.
+        obs: Observation arrays at each decision, ``(N_decisions, ...)`` per key (none from a
+            greedy call).
+        decisions: Each decision's record, ``(N_decisions, R)``: for a token policy its
+            ``R = chunk_size * action_dim`` int64 tokens (``TokenPolicy.act``).
+        executed: Control steps each decision played, ``(N_decisions,)`` int64, in
+            ``[1, execute_steps]``.
+        decision_counts: Decisions of each attempt, ``(A,)``; attempt ``i`` owns a contiguous
+            slice of the decisions (:attr:`starts`).
+        lengths: Control steps of each attempt, ``(A,)`` (its decisions' ``executed`` summed).
         success: Ground-truth success at the attempt's end, ``(A,)`` bool.
         final_frames: Last frame of each attempt for an image detector, or ``None``.
         group: Group index of each attempt, ``(A,)``; groups are contiguous, G attempts each.
@@ -72,7 +84,9 @@ class RolloutBatch:
     """
 
     obs: dict[str, np.ndarray]
-    tokens: np.ndarray
+    decisions: np.ndarray
+    executed: np.ndarray
+    decision_counts: np.ndarray
     lengths: np.ndarray
     success: np.ndarray
     final_frames: np.ndarray | None
@@ -85,14 +99,17 @@ class RolloutBatch:
 
     @property
     def starts(self) -> np.ndarray:
-        return np.concatenate(([0], np.cumsum(self.lengths)[:-1]))
+        """Index of each attempt's first decision, ``(A,)``."""
+        return np.concatenate(([0], np.cumsum(self.decision_counts)[:-1]))
 
     @staticmethod
     def concat(parts: list[RolloutBatch]) -> RolloutBatch:
         frames = [p.final_frames for p in parts]
         return RolloutBatch(
             obs={k: np.concatenate([p.obs[k] for p in parts]) for k in parts[0].obs},
-            tokens=np.concatenate([p.tokens for p in parts]),
+            decisions=np.concatenate([p.decisions for p in parts]),
+            executed=np.concatenate([p.executed for p in parts]),
+            decision_counts=np.concatenate([p.decision_counts for p in parts]),
             lengths=np.concatenate([p.lengths for p in parts]),
             success=np.concatenate([p.success for p in parts]),
             final_frames=None if frames[0] is None else np.concatenate(frames),
@@ -236,7 +253,8 @@ class InProcess:
 
 
 class PolicyActor:
-    """A token policy choosing actions for a batch of attempts, each with its own generator.
+    """A token policy taking decisions (chunks of actions) for a batch of attempts, each with
+    its own generator.
 
     Args:
         policy: The policy (on its device).
@@ -265,10 +283,11 @@ class PolicyActor:
 
     def __call__(self, observations: dict[int, dict]) -> tuple[dict[int, np.ndarray],
                                                                dict[int, np.ndarray]]:
-        """Tokens and actions for every attempt in ``observations`` (keyed by job index)."""
+        """A decision for every attempt in ``observations`` (keyed by job index): its tokens
+        ``(chunk_size * action_dim,)`` and its chunk of actions ``(chunk_size, action_dim)``."""
         t0 = time.perf_counter()
         indices = list(observations)
-        action_dim = self.policy.config.action_dim
+        width = self.policy.chunk_tokens  # uniforms per decision, one per token
         rows = [observations[i] for i in indices]
         pad = max(0, MIN_POLICY_BATCH - len(rows))
         device = next(self.policy.parameters()).device
@@ -278,7 +297,7 @@ class PolicyActor:
                 if index not in self.generators:
                     key = index if self.keys is None else self.keys[index]
                     self.generators[index] = attempt_generators(self.base, [key])[0]
-            uniforms = np.stack([self.generators[i].random(action_dim, dtype=np.float32)
+            uniforms = np.stack([self.generators[i].random(width, dtype=np.float32)
                                  for i in indices])
             uniforms = np.concatenate([uniforms, np.repeat(uniforms[:1], pad, axis=0)])
         with torch.no_grad():
@@ -302,15 +321,17 @@ class PolicyActor:
 def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: list[Job],
          verifier: bool, capture: bool = False) -> RolloutBatch:
     """Play ``jobs`` on ``hosts`` (host ``h`` plays the jobs of ``chunks[h]``) with one batched
-    policy call per control step across all hosts.
+    policy call per control step for the attempts that need a decision, across all hosts.
 
-    A host is an :class:`EnvHost` behind the workers' surface, ``send(Call)`` then
-    ``receive()`` (:class:`InProcess`, or a worker process or Ray actor of
-    :mod:`harness.algos.workers`): all hosts step at once, then all are read. Attempts return
-    in job order. With an ``actor`` that keeps image features, the observations carry them as
-    ``image_features`` in place of ``pixels`` (a frame is 84x84x3 bytes, its features 64
-    floats). A greedy ``actor`` (temperature 0: an evaluation) keeps no observations: the
-    batch's ``obs`` is empty.
+    An attempt decides on its latest observation when it has played ``execute_steps`` actions
+    of its last chunk (or has none yet), then plays one action of the chunk per control step;
+    with one action per decision (the default) every attempt decides at every step. A host is
+    an :class:`EnvHost` behind the workers' surface, ``send(Call)`` then ``receive()``
+    (:class:`InProcess`, or a worker process or Ray actor of :mod:`harness.algos.workers`): all
+    hosts step at once, then all are read. Attempts return in job order. With an ``actor`` that
+    keeps image features, the observations carry them as ``image_features`` in place of
+    ``pixels`` (a frame is 84x84x3 bytes, its features 64 floats). A greedy ``actor``
+    (temperature 0: an evaluation) keeps no observations: the batch's ``obs`` is empty.
 
     Raises:
         WorkerDied: A remote host died (the pool replaces it and plays the call again).
@@ -318,16 +339,14 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     """
     records: dict[int, dict[str, Any]] = {}
     keep = actor.temperature != 0  # a greedy call is an evaluation: nothing trains on its frames
+    steps_per_decision = actor.policy.config.steps_per_decision
     env_time: dict[int, float] = {}
 
     def absorb(h: int, answer: HostAnswer) -> None:
         env_time[h] = answer.env_time
         for index, obs in answer.observations.items():
-            seen = records.setdefault(index, {"obs": [], "tokens": []})["obs"]
-            if keep or not seen:
-                seen.append(obs)
-            else:
-                seen[-1] = obs
+            records.setdefault(index, {"obs": [], "decisions": [], "executed": [],
+                                       "queue": []})["latest"] = obs
         for index, finished in answer.finished.items():
             records[index]["finished"] = finished
 
@@ -338,16 +357,25 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
         absorb(h, hosts[h].receive())
     active = {index: h for h in used for index in chunks[h] if index in records}
     while active:
-        latest = {i: records[i]["obs"][-1] for i in active}
-        tokens, actions = actor(latest)
-        for index, token in tokens.items():
-            records[index]["tokens"].append(token)
-            if actor.image_features:
-                records[index]["obs"][-1] = {
-                    **{k: v for k, v in latest[index].items() if k != "pixels"},
-                    "image_features": actor.features[index]}
+        deciding = {i: records[i]["latest"] for i in active if not records[i]["queue"]}
+        if deciding:
+            decisions, actions = actor(deciding)
+            for index, decision in decisions.items():
+                record = records[index]
+                record["decisions"].append(decision)
+                record["executed"].append(0)
+                record["queue"] = list(actions[index][:steps_per_decision])
+                if keep:
+                    obs = deciding[index]
+                    if actor.image_features:
+                        obs = {**{k: v for k, v in obs.items() if k != "pixels"},
+                               "image_features": actor.features[index]}
+                    record["obs"].append(obs)
+        for index in active:
+            records[index]["executed"][-1] += 1
         for h in used:
-            hosts[h].send(Call("step", ({i: a for i, a in actions.items() if active[i] == h},)))
+            hosts[h].send(Call("step", ({i: records[i]["queue"].pop(0) for i in active
+                                         if active[i] == h},)))
         for h in used:
             answer = hosts[h].receive()
             absorb(h, answer)
@@ -365,10 +393,13 @@ def _assemble(records: dict[int, dict[str, Any]], jobs: list[Job], keep: bool, v
     order = range(len(jobs))
     ends: list[Finished] = [records[i]["finished"] for i in order]
     keys = records[0]["obs"][0].keys() if keep else ()
+    executed = [np.array(records[i]["executed"], dtype=np.int64) for i in order]
     return RolloutBatch(
         obs={k: np.stack([o[k] for i in order for o in records[i]["obs"]]) for k in keys},
-        tokens=np.concatenate([np.stack(records[i]["tokens"]) for i in order]).astype(np.int64),
-        lengths=np.array([len(records[i]["tokens"]) for i in order]),
+        decisions=np.concatenate([np.stack(records[i]["decisions"]) for i in order]),
+        executed=np.concatenate(executed),
+        decision_counts=np.array([len(steps) for steps in executed]),
+        lengths=np.array([int(steps.sum()) for steps in executed]),
         success=np.array([end.success for end in ends]),
         final_frames=np.stack([end.frame for end in ends]) if verifier else None,
         group=np.array([job.group for job in jobs]),

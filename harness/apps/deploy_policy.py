@@ -104,7 +104,8 @@ def deploy_policy(cfg: DictConfig) -> None:
     period = summary["control_period_ms"]
     print(f"latency per control step over {len(result.step_s)} steps (control period "
           f"{period:.0f} ms):")
-    for label, key in (("policy inference", "inference_ms"),
+    per = "" if policy.chunk_size == 1 else f" per decision of {policy.execute_steps} steps"
+    for label, key in ((f"policy inference{per}", "inference_ms"),
                        ("full step (policy + physics + camera)", "step_ms")):
         ms = summary[key]
         print(f"  {label}: p50 {ms['p50']:.2f} ms, p99 {ms['p99']:.2f} ms, max {ms['max']:.2f} ms"

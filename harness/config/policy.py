@@ -100,17 +100,31 @@ class TokenPolicyFields(PolicyConfig):
         num_bins: K tokens per action dimension.
         hidden: Width of the fused feature and MLP layers.
         embed_dim: Instruction embedding (and ``tiny_vla``'s proprio encoder) width.
+        chunk_size: ``H``, actions one decision predicts (an action chunk; 1: one per control
+            step). Group trainer only.
+        execute_steps: ``k`` in ``[1, chunk_size]``, actions of each chunk played before the
+            next decision; ``null`` plays the whole chunk (``harness.policies.chunks``).
     """
 
     num_bins: int = 11
     hidden: int = 128
     embed_dim: int = 32
+    chunk_size: int = 1
+    execute_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        from harness.policies.tokens import chunk_problem
+
+        super().__post_init__()
+        problem = chunk_problem(self.chunk_size, self.execute_steps)
+        check(problem is None, f"policy.{problem}")
 
     def token_policy_config(self) -> TokenPolicyConfig:
         from harness.policies import TokenPolicyConfig
 
         return TokenPolicyConfig(kind=self.name, num_bins=self.num_bins, hidden=self.hidden,
-                                 embed_dim=self.embed_dim, use_instruction=self.use_instruction)
+                                 embed_dim=self.embed_dim, use_instruction=self.use_instruction,
+                                 chunk_size=self.chunk_size, execute_steps=self.execute_steps)
 
 
 @dataclass

@@ -207,6 +207,10 @@ class TrainConfig:
               f"policy={policy!r} reads {needed!r} observations, which task.obs_mode="
               f"{obs_mode!r} does not give; use task.obs_mode in "
               f"{[m for m, keys in OBS_MODE_KEYS.items() if needed in keys]}")
+        check(family == "group" or getattr(self.policy, "chunk_size", 1) == 1,
+              f"policy.chunk_size={getattr(self.policy, 'chunk_size', 1)} is read by the group "
+              f"trainer's token policies, not by algo={self.algo.name!r} (SB3 plays one action "
+              "per step); leave it 1")
         check(family == "group" or not getattr(self.policy, "normalize_state", False),
               f"policy.normalize_state=true is read by the group trainer's MLP token policy, "
               f"not by algo={self.algo.name!r} (SB3's MlpPolicy); leave it false")

@@ -331,8 +331,9 @@ class HFVLAPolicy(TokenPolicy):
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False,
             temperature: float = 1.0,
             uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode one action token per dimension (see :meth:`TokenPolicy.act`): the most likely,
-        or sampled at ``temperature`` by the inverse CDF at ``uniforms[:, d]``."""
+        """Decode one action token per dimension (see :meth:`TokenPolicy.act`; a chunk of one
+        action): the most likely, or sampled at ``temperature`` by the inverse CDF at
+        ``uniforms[:, d]``."""
         if not deterministic and temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0 when sampling; "
                              "use deterministic=True")
@@ -350,7 +351,7 @@ class HFVLAPolicy(TokenPolicy):
             return sample_tokens(step_logits / temperature, uniforms[:, dim])
 
         tokens, _ = self._decode(obs, choose)
-        return tokens, tokens_to_actions(tokens, self.config.num_bins)
+        return tokens, tokens_to_actions(tokens, self.config.num_bins).unsqueeze(1)  # 1 step
 
     def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
                  temperature: float = 1.0) -> torch.Tensor:

@@ -4,7 +4,9 @@ Vision-language-action models (RT-2, OpenVLA) discretise every action dimension 
 uniform bins and predict one token per dimension, so a policy-gradient step works on
 log-probabilities of discrete tokens exactly as in language-model RL (PPO, GRPO). This module
 does the same for the harness's action space ``Box(-1, 1, (action_dim,))``: bin centres are
-``linspace(-1, 1, K)``, and a policy outputs ``(B, action_dim, K)`` logits.
+``linspace(-1, 1, K)``, and a policy outputs ``(B, action_dim, K)`` logits. With an action chunk
+(``chunk_size = H``, :mod:`harness.policies.chunks`) one decision scores ``H * action_dim``
+tokens, step major, so the logits are ``(B, H * action_dim, K)``.
 
 Observations are dicts of batched tensors with some of the keys ``state`` float ``(B, D)``,
 ``pixels`` uint8 ``(B, H, W, 3)``, ``proprio`` float ``(B, P)`` and ``instruction`` int64
@@ -15,31 +17,23 @@ numpy observations from an environment into such a dict.
 from __future__ import annotations
 
 import copy
-import os
 from abc import abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict
-from pathlib import Path
 
 import torch
-from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from harness.policies.chunks import decision_log_prob, executed_token_mask
 from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
     KINDS,
     ObsShapes,
     TokenPolicyConfig,
-    obs_shapes_from_space,
     sample_tokens,
     tokens_to_actions,
 )
-from harness_common.files import atomic_write
-
-CHECKPOINT_FORMAT = 1
-
 
 # --- policies ---------------------------------------------------------------------------------
 
@@ -48,7 +42,9 @@ class TokenPolicy(nn.Module):
     """A categorical policy over ``num_bins`` tokens per action dimension, plus a value head.
 
     Subclasses only encode observations into a ``(B, hidden)`` feature (:meth:`features`); the
-    action head, value head and the sampling/log-probability surface live here.
+    action head, value head and the sampling/log-probability surface live here. A decision is
+    one chunk of ``chunk_size`` actions (one action by default); its record is its
+    ``chunk_size * action_dim`` tokens.
 
     Args:
         config: The policy configuration.
@@ -59,7 +55,7 @@ class TokenPolicy(nn.Module):
         super().__init__()
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
-        self.action_head = nn.Linear(config.hidden, config.action_dim * config.num_bins)
+        self.action_head = nn.Linear(config.hidden, self.chunk_tokens * config.num_bins)
         # The critic baseline V(s0) is a separate small MLP on the shared features.
         self.value_head = nn.Sequential(
             nn.Linear(config.hidden, config.hidden), nn.Tanh(), nn.Linear(config.hidden, 1)
@@ -80,14 +76,15 @@ class TokenPolicy(nn.Module):
 
     def logits(self, obs: Mapping[str, torch.Tensor],
                tokens: torch.Tensor | None = None) -> torch.Tensor:
-        """Unnormalised token scores, ``(B, action_dim, num_bins)``.
+        """Unnormalised token scores, ``(B, chunk_size * action_dim, num_bins)``: row
+        ``h * action_dim + d`` scores dimension ``d`` of the chunk's action ``h``.
 
         ``tokens`` ``(B, action_dim)`` are the earlier dimensions' tokens an autoregressive
         policy conditions each dimension on (teacher forcing, as BC trains it); these policies
         score every dimension from the observation alone and ignore them.
         """
         flat = self.action_head(self.features(obs))
-        return flat.view(-1, self.config.action_dim, self.config.num_bins)
+        return flat.view(-1, self.chunk_tokens, self.config.num_bins)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Same as :meth:`logits`."""
@@ -101,21 +98,24 @@ class TokenPolicy(nn.Module):
         temperature: float = 1.0,
         uniforms: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Choose one token per action dimension, without gradients (for rollouts).
+        """Choose a decision, one token per action dimension of each action of the chunk,
+        without gradients (for rollouts).
 
         Args:
             obs: Batched observation dict.
             deterministic: Take the most likely token instead of sampling.
             temperature: Divides the logits before sampling; on-policy RL computes its
                 log-probabilities at the same temperature (:meth:`log_prob`).
-            uniforms: ``(B, action_dim)`` numbers in ``[0, 1)``, one per token to sample: the
+            uniforms: ``(B, chunk_size * action_dim)`` numbers in ``[0, 1)``, one per token
+                to sample: the
                 token is the inverse CDF of its categorical at that number
                 (:func:`sample_tokens`), so each row's draw depends only on its own numbers,
                 whatever else shares the batch. ``None`` draws them from torch's generator.
 
         Returns:
-            ``(tokens, actions)``: int64 ``(B, action_dim)`` and their float32 bin centres in
-            ``[-1, 1]``, same shape, on the policy's device.
+            ``(tokens, actions)``: the decision records, int64 ``(B, chunk_size * action_dim)``,
+            and their float32 bin centres in ``[-1, 1]`` as actions ``(B, chunk_size,
+            action_dim)``, on the policy's device; the first ``execute_steps`` are played.
 
         Raises:
             ValueError: ``temperature <= 0`` when sampling.
@@ -129,24 +129,43 @@ class TokenPolicy(nn.Module):
                     f"temperature={temperature} must be > 0 when sampling; use deterministic=True"
                 )
             tokens = sample_tokens(logits / temperature, uniforms)
-        return tokens, tokens_to_actions(tokens, self.config.num_bins)
+        actions = tokens_to_actions(tokens, self.config.num_bins)
+        return tokens, actions.view(len(tokens), self.config.chunk_size, self.config.action_dim)
 
     def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
                  temperature: float = 1.0) -> torch.Tensor:
-        """Per-token log-probabilities ``(B, action_dim)`` of ``tokens`` ``(B, action_dim)``
-        under the categorical of ``logits / temperature`` (the one :meth:`act` samples from)."""
+        """Per-token log-probabilities ``(B, chunk_size * action_dim)`` of the decisions
+        ``tokens`` (same shape) under the categorical of ``logits / temperature`` (the one
+        :meth:`act` samples from)."""
         log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return log_probs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
+    def executed_mask(self, executed: torch.Tensor) -> torch.Tensor:
+        """Which entries of :meth:`log_prob` count for decisions that played ``executed``
+        ``(B,)`` control steps: the tokens of those steps, ``(B, chunk_size * action_dim)``."""
+        return executed_token_mask(executed, self.chunk_tokens, self.config.action_dim)
+
+    def decision_log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
+                          executed: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """Log-probability ``(B,)`` of each decision: the sum over the tokens of the steps it
+        played (:func:`harness.policies.chunks.decision_log_prob`)."""
+        return decision_log_prob(self.log_prob(obs, tokens, temperature), executed,
+                                 self.config.action_dim)
+
     def entropy(self, obs: Mapping[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
-        """Entropy of each dimension's categorical at ``temperature``, ``(B, action_dim)``, in
-        ``[0, log K]``."""
+        """Entropy of each token's categorical at ``temperature``, ``(B, chunk_size *
+        action_dim)``, in ``[0, log K]``."""
         log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return -(log_probs.exp() * log_probs).sum(dim=-1)
 
     def value(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Value estimate ``(B,)``, for a critic baseline on ``V(s0)``."""
         return self.value_head(self.features(obs)).squeeze(-1)
+
+    @property
+    def chunk_tokens(self) -> int:
+        """Tokens per decision: ``chunk_size * action_dim``."""
+        return self.config.chunk_size * self.config.action_dim
 
     @property
     def feature_dim(self) -> int:
@@ -337,73 +356,3 @@ def build_policy(config: TokenPolicyConfig, obs_shapes: ObsShapes) -> TokenPolic
     if "pixels" in obs_shapes and (len(obs_shapes["pixels"]) != 3 or obs_shapes["pixels"][-1] != 3):
         raise ValueError(f"observation 'pixels' must be (H, W, 3), got {obs_shapes['pixels']}")
     return _POLICIES[config.kind](config, obs_shapes)
-
-
-# --- checkpoints ------------------------------------------------------------------------------
-
-
-def save_policy(path: str | os.PathLike, policy: TokenPolicy) -> None:
-    """Write config, observation shapes and weights to ``path`` atomically.
-
-    The checkpoint is a ``torch.save`` of ``{"format": 1, "config": dict, "obs_shapes":
-    {key: list}, "state_dict": ...}``, written atomically
-    (:func:`harness_common.files.atomic_write`), so a crash never leaves a half-written file at
-    ``path``.
-    """
-    checkpoint = {
-        "format": CHECKPOINT_FORMAT,
-        "config": asdict(policy.config),
-        "obs_shapes": {k: list(v) for k, v in policy.obs_shapes.items()},
-        "state_dict": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
-    }
-    atomic_write(path, lambda file: torch.save(checkpoint, file))
-
-
-def load_policy(
-    path: str | os.PathLike,
-    observation_space: spaces.Dict | None = None,
-    map_location: torch.device | str = "cpu",
-) -> TokenPolicy:
-    """Rebuild a policy written by :func:`save_policy`.
-
-    Args:
-        path: The checkpoint file.
-        observation_space: When given, the observations the caller will feed; a policy saved for
-            other shapes is refused here instead of failing later inside a layer.
-        map_location: Where the weights are loaded.
-
-    Returns:
-        The policy with its saved weights (in training mode, as ``nn.Module`` starts).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: The file is not a readable policy checkpoint, or its shapes do not match.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no policy checkpoint at {path}")
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:
-        raise ValueError(f"cannot read policy checkpoint {path}: {error}") from error
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a policy checkpoint of format {CHECKPOINT_FORMAT}")
-
-    try:
-        config = TokenPolicyConfig.from_saved(checkpoint["config"])
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    saved_shapes = {k: tuple(v) for k, v in checkpoint["obs_shapes"].items()}
-    if observation_space is not None:
-        wanted = obs_shapes_from_space(observation_space)
-        if wanted != saved_shapes:
-            raise ValueError(
-                f"{path} was saved for observation shapes {saved_shapes}, not {wanted}"
-            )
-    policy = build_policy(config, saved_shapes)
-    try:
-        policy.load_state_dict(checkpoint["state_dict"])
-    except RuntimeError as error:
-        message = f"weights in {path} do not fit the policy they describe: {error}"
-        raise ValueError(message) from error
-    return policy.to(map_location)

@@ -99,6 +99,22 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None = None) ->
     return tokens.squeeze(-1).clamp(max=logits.shape[-1] - 1)
 
 
+def chunk_problem(chunk_size: Any, execute_steps: Any) -> str | None:
+    """What is wrong with an action chunk of ``chunk_size`` actions of which ``execute_steps``
+    are played (``None``: all), in words naming both, or ``None`` when they are fine."""
+    def positive(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    if not positive(chunk_size):
+        return f"chunk_size={chunk_size!r}; need an int >= 1 (actions per decision)"
+    if execute_steps is not None and not (positive(execute_steps)
+                                          and execute_steps <= chunk_size):
+        return (f"execute_steps={execute_steps!r} with chunk_size={chunk_size}; need an int in "
+                f"[1, chunk_size] (actions of each chunk played before the next decision), or "
+                "null for the whole chunk")
+    return None
+
+
 def _check_num_bins(num_bins: int) -> None:
     if num_bins < 2:
         raise ValueError(f"num_bins must be >= 2 to cover [-1, 1], got {num_bins}")
@@ -148,6 +164,11 @@ class TokenPolicyConfig:
         lora_full_bc: ``hf_vla`` with LoRA: every weight trains until group fine-tuning starts
             (behaviour cloning, state pretraining), then only fresh adapters.
         gradient_checkpointing: ``hf_vla``: recompute activations in the backward pass.
+        chunk_size: ``H``, actions one decision predicts (an action chunk, as ACT, pi0 and
+            SmolVLA predict): the policy scores ``H * action_dim`` tokens per observation.
+            1 (the default) is one control step per decision. ``hf_vla`` decodes one step.
+        execute_steps: ``k <= H``, actions of each chunk played before the next decision;
+            ``None`` plays the whole chunk (``k = H``).
     """
 
     kind: str = "mlp"
@@ -170,6 +191,8 @@ class TokenPolicyConfig:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     lora_full_bc: bool = False
     gradient_checkpointing: bool = False
+    chunk_size: int = 1
+    execute_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -205,6 +228,17 @@ class TokenPolicyConfig:
             raise ValueError(f"TokenPolicyConfig.proprio={self.proprio!r}, lora_rank="
                              f"{self.lora_rank}, lora_dropout={self.lora_dropout}; need proprio in "
                              f"{PROPRIO_INPUTS}, lora_rank >= 0 and lora_dropout in [0, 1)")
+        problem = chunk_problem(self.chunk_size, self.execute_steps)
+        if problem is None and self.kind == "hf_vla" and self.chunk_size != 1:
+            problem = (f"chunk_size={self.chunk_size} with kind='hf_vla', which decodes one "
+                       "step's tokens per decision; need 1")
+        if problem is not None:
+            raise ValueError(f"TokenPolicyConfig.{problem}")
+
+    @property
+    def steps_per_decision(self) -> int:
+        """``k``: control steps each decision plays (``execute_steps``, else ``chunk_size``)."""
+        return self.chunk_size if self.execute_steps is None else self.execute_steps
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> TokenPolicyConfig:
