@@ -365,8 +365,9 @@ def test_before_after_section_shows_hand_computed_numbers(tmp_path):
     assert gain[1] == "+20" and gain[3] == "+20, +20, -10, +40"            # (20 + 20) / 2
     # P(final > start): 12.5 of the 16 pairs (ties half), rliable's Mann-Whitney form
     assert rows_of(part, "P(final greedy > better start)")[0][1] == "0.78"
-    assert "beats the start's better decoding on 3 of 4 seeds; the paired interval excludes " \
-           "0 on 3." in part  # lower ends 0.1, 0.1, -0.2, 0.3
+    # interval lower ends 0.1, 0.1, -0.2, 0.3; upper ends 0.3, 0.3, 0.0, 0.5
+    assert "beats the start's better decoding on 3 of 4 seeds; its paired interval lies above " \
+           "0 on 3 and below 0 on 0." in part
     assert rows_of(part, "2")[0][3:7] == ["sampled", "0.50", "0.60", "-10 [-20, +0], p = 0.01"]
     assert (root / "plots" / "before_after.png").stat().st_size > 10_000
 
