@@ -172,7 +172,7 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
     assert not (tmp_path / "run" / "videos").exists()  # logger.videos=false: no empty folder
     assert (tmp_path / "run" / ".hydra" / "overrides.yaml").exists()
-    assert list((tmp_path / "data" / "demos").glob("reach_*_n2.hdf5"))
+    assert list((tmp_path / "data" / "demos").glob("reach_*_n2*.hdf5"))
     printed = capsys.readouterr().out
     assert "| BC (2 demos) |" in printed and "run dir run;" in printed
     decoding = written["best_start_decoding"]
