@@ -20,9 +20,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.nn import functional as F
 from tqdm import tqdm
 
+from harness.bc_validation import token_cross_entropy, validate
 from harness.config.algos import BC_KEEP
 from harness.demos import Demos
 from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
@@ -54,32 +54,20 @@ def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> 
     return pixels[index, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
 
 
-def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor,
-                        valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy over every action token, or over the ``valid`` ones.
-
-    Args:
-        logits: ``(B, T, K)`` token scores (``T``: the tokens of a decision).
-        tokens: ``(B, T)`` int64 target tokens.
-        valid: ``(B, T)`` bool, the tokens that count (a chunk's slots past the end of its
-            episode do not); ``None``: all.
-
-    Returns:
-        Scalar loss.
-    """
-    if valid is None:
-        return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
-    losses = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
-    weights = valid.flatten().to(losses.dtype)
-    return (losses * weights).sum() / weights.sum().clamp(min=1.0)
-
-
 def bc_targets(policy: TokenPolicy, demos: Demos,
                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The target tokens of every demo step, ``(N, chunk_size * action_dim)``, and which of
-    them are actions of the step's episode (``None``: all of them, as with one action)."""
+    """The targets of every demo step and which of them are actions of the step's episode
+    (``None``: all of them, as with one action).
+
+    For a token policy, target tokens and their mask, ``(N, chunk_size * action_dim)`` each;
+    for a continuous head, the chunks of actions ``(N, chunk_size, action_dim)`` and a step mask
+    ``(N, chunk_size)``.
+    """
     config = policy.config
     targets, valid = chunk_targets(demos.actions, demos.episode_ids, config.chunk_size)
+    if policy.head is not None:
+        chunks = torch.as_tensor(np.asarray(targets, dtype=np.float32), device=device)
+        return chunks, None if valid is None else torch.as_tensor(valid, device=device)
     tokens = actions_to_tokens(targets.reshape(len(targets), -1), config.num_bins).to(device)
     if valid is None:
         return tokens, None
@@ -117,12 +105,17 @@ def pretrain_bc(
             lowest validation loss; the last epoch when there is no validation split).
         progress: Show a progress bar over epochs.
 
+    A policy with a continuous action head (``gaussian``, ``flow``) trains by its head's loss
+    on chunks of demonstrated actions instead (:meth:`harness.policies.TokenPolicy.bc_loss`).
+
     Returns:
         Metrics of the last epoch, ``bc/train_loss``, ``bc/val_loss``, ``bc/val_accuracy`` (share
-        of validation tokens predicted exactly), and ``bc/best_epoch``, ``bc/best_val_loss``,
-        ``bc/kept_epoch`` (whose weights the policy holds), ``bc/train_steps``, ``bc/val_steps``,
-        ``bc/seconds``, with a fitted normalisation ``bc/normalizer_states``; ``history``
-        holds the per-epoch metrics. Validation metrics are NaN without a validation split.
+        of validation tokens predicted exactly; NaN for a continuous head),
+        ``bc/val_action_error`` (mean absolute error of the greedy actions, in action units),
+        and ``bc/best_epoch``, ``bc/best_val_loss``, ``bc/kept_epoch`` (whose weights the policy
+        holds), ``bc/train_steps``, ``bc/val_steps``, ``bc/seconds``, with a fitted
+        normalisation ``bc/normalizer_states``; ``history`` holds the per-epoch metrics.
+        Validation metrics are NaN without a validation split.
 
     Raises:
         ValueError: A bad hyper-parameter, an unknown ``keep``, or the demos lack an observation
@@ -146,10 +139,9 @@ def pretrain_bc(
         # a pad of 0 shifts nothing and draws nothing: the same as no augmentation
         losses = _train_epoch(policy, obs, (tokens, valid), order, optimizer, generator,
                               batch_size, shift_pad if augment else 0, epoch)
-        val_loss, val_accuracy = _validate(policy, obs, (tokens, valid), val_idx, batch_size)
-        history.append({"bc/train_loss": float(np.mean(losses)), "bc/val_loss": val_loss,
-                        "bc/val_accuracy": val_accuracy})
-        best.update(epoch, val_loss, policy)
+        validation = validate(policy, obs, (tokens, valid), val_idx, batch_size)
+        history.append({"bc/train_loss": float(np.mean(losses)), **validation})
+        best.update(epoch, validation["bc/val_loss"], policy)
     kept = best.restore(policy, epochs)
     policy.eval()
     return {
@@ -239,9 +231,13 @@ def _train_epoch(
         batch = {key: value[batch_idx] for key, value in obs.items()}
         if "pixels" in batch:
             batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
-        # the demo's own tokens condition an autoregressive policy (teacher forcing)
-        loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]), tokens[batch_idx],
-                                   None if valid is None else valid[batch_idx])
+        if policy.head is not None:  # a continuous head: its own loss on the chunks
+            loss = policy.bc_loss(batch, tokens[batch_idx],
+                                  None if valid is None else valid[batch_idx], generator)
+        else:  # the demo's own tokens condition an autoregressive policy (teacher forcing)
+            loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]),
+                                       tokens[batch_idx],
+                                       None if valid is None else valid[batch_idx])
         if not torch.isfinite(loss):
             raise FloatingPointError(f"BC loss is {loss.item()} at epoch {epoch}; try a lower "
                                      f"lr than {optimizer.param_groups[0]['lr']}")
@@ -264,9 +260,10 @@ def _policy_inputs(
                 f" built for {policy.obs_shapes[key]}"
             )
     obs = obs_to_batch({key: demos.obs[key] for key in shared}, device=device, batched=True)
+    probe = policy.logits if policy.head is None else policy.features
     try:
         with torch.no_grad():
-            policy.logits({key: value[:1] for key, value in obs.items()})
+            probe({key: value[:1] for key, value in obs.items()})
     except KeyError as error:
         raise ValueError(
             f"the {policy.config.kind} policy reads observation {error.args[0]!r}, which the"
@@ -286,35 +283,6 @@ def split_by_episode(
     val_episodes = np.random.default_rng(seed).permutation(episodes)[:num_val]
     is_val = np.isin(episode_ids, val_episodes)
     return torch.from_numpy(np.flatnonzero(~is_val)), torch.from_numpy(np.flatnonzero(is_val))
-
-
-@torch.no_grad()
-def _validate(
-    policy: TokenPolicy,
-    obs: Mapping[str, torch.Tensor],
-    targets: tuple[torch.Tensor, torch.Tensor | None],
-    val_idx: torch.Tensor,
-    batch_size: int,
-) -> tuple[float, float]:
-    """Mean token cross-entropy and exact-token accuracy on ``val_idx`` (NaN when empty), over
-    the tokens that count (``targets``: the tokens and which count, :func:`bc_targets`)."""
-    if len(val_idx) == 0:
-        return math.nan, math.nan
-    policy.eval()
-    tokens, valid = targets
-    loss_sum, correct = 0.0, 0
-    for batch_idx in val_idx.split(batch_size):
-        target = tokens[batch_idx]
-        logits = policy.logits({key: value[batch_idx] for key, value in obs.items()}, target)
-        if valid is None:
-            loss_sum += token_cross_entropy(logits, target).item() * target.numel()
-            correct += (logits.argmax(dim=-1) == target).sum().item()
-        else:
-            counted = valid[batch_idx]
-            loss_sum += token_cross_entropy(logits, target, counted).item() * counted.sum().item()
-            correct += ((logits.argmax(dim=-1) == target) & counted).sum().item()
-    count = tokens[val_idx].numel() if valid is None else valid[val_idx].sum().item()
-    return loss_sum / count, correct / count
 
 
 def evaluate_policy(

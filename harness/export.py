@@ -162,10 +162,16 @@ def export_onnx(
 
     Raises:
         TypeError: A policy class that cannot be exported.
-        ValueError: ``record`` lacks ``task`` or ``task_options``, the exporter fails on a
+        ValueError: A continuous action head (the deploy contract is greedy tokens and their
+            bin centres), ``record`` lacks ``task`` or ``task_options``, the exporter fails on a
             layer, or the graph does not reproduce the policy within ``tolerance`` (the
             message gives the figures).
     """
+    head = getattr(policy.config, "action_head", "tokens")
+    if head != "tokens":
+        raise ValueError(f"policy.action_head={head!r}: ONNX export covers token policies (the "
+                         "deploy side reads greedy tokens and their bin centres); export a "
+                         "policy with action_head='tokens'")
     missing = [key for key in ("task", "task_options") if key not in record]
     if missing:
         raise ValueError(f"the export record lacks {missing}; the deploy side needs the task")

@@ -137,7 +137,8 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
 
 SB3_FIELDS = {"net_arch", "activation", "log_std_init", "features_dim"}
 TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_size",
-                   "image_features", "instruction_keypoints", "chunk_size", "execute_steps"}
+                   "image_features", "instruction_keypoints", "chunk_size", "execute_steps",
+                   "action_head", "flow_steps", "flow_noise", "state_dependent_std"}
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,8 @@ TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_s
       SB3_FIELDS, TINY_VLA_FIELDS),
      (["policy=mlp"], MLPPolicyConfig,
       {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim",
-       "normalize_state", "chunk_size", "execute_steps"},
+       "normalize_state", "chunk_size", "execute_steps", "action_head", "flow_steps",
+       "flow_noise", "state_dependent_std"},
       {"features_dim", "conv_channels", "pooled_size", "image_features",
        "instruction_keypoints"})],
 )

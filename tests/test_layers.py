@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "harness.config.*": 2,  # the schema: checks, and builds none of a run's objects
     "harness.runs": 4,
     "harness.bc": 4,
+    "harness.bc_validation": 4,
     "harness.start_policy": 4,
     "harness.state_pretraining": 4,
     "harness.algos.*": 5,

@@ -115,7 +115,7 @@ class GroupRun:
             self.start["start_policy"] = keep_start_policy(self.policy, run.dir,
                                                            algo.init_policy)
         self.trainer = GroupTrainer(cfg, self.policy, self.device)
-        self.trainer.max_tokens = self.probe.max_episode_steps * self.policy.config.action_dim
+        self.trainer.max_tokens = self.policy.max_units(self.probe.max_episode_steps)
         self.curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed,
                                          **cfg.curriculum_params())
         demos = None

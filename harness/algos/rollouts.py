@@ -287,7 +287,7 @@ class PolicyActor:
         ``(chunk_size * action_dim,)`` and its chunk of actions ``(chunk_size, action_dim)``."""
         t0 = time.perf_counter()
         indices = list(observations)
-        width = self.policy.chunk_tokens  # uniforms per decision, one per token
+        width = self.policy.noise_width  # uniforms per decision (one per token for tokens)
         rows = [observations[i] for i in indices]
         pad = max(0, MIN_POLICY_BATCH - len(rows))
         device = next(self.policy.parameters()).device

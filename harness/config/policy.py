@@ -104,6 +104,12 @@ class TokenPolicyFields(PolicyConfig):
             step). Group trainer only.
         execute_steps: ``k`` in ``[1, chunk_size]``, actions of each chunk played before the
             next decision; ``null`` plays the whole chunk (``harness.policies.chunks``).
+        action_head: ``tokens`` (the default), ``gaussian`` or ``flow``
+            (``harness.policies.action_heads``). Group trainer only.
+        flow_steps: ``flow``: denoising steps ``K``.
+        flow_noise: ``flow``: ``learned`` or ``network`` noise scales.
+        state_dependent_std: ``gaussian``: the scale from the features, not one learned value
+            per chunk entry.
     """
 
     num_bins: int = 11
@@ -111,12 +117,18 @@ class TokenPolicyFields(PolicyConfig):
     embed_dim: int = 32
     chunk_size: int = 1
     execute_steps: int | None = None
+    action_head: str = "tokens"
+    flow_steps: int = 4
+    flow_noise: str = "learned"
+    state_dependent_std: bool = False
 
     def __post_init__(self) -> None:
-        from harness.policies.tokens import chunk_problem
+        from harness.policies.tokens import chunk_problem, head_problem
 
         super().__post_init__()
         problem = chunk_problem(self.chunk_size, self.execute_steps)
+        check(problem is None, f"policy.{problem}")
+        problem = head_problem(self.name, self.action_head, self.flow_steps, self.flow_noise)
         check(problem is None, f"policy.{problem}")
 
     def token_policy_config(self) -> TokenPolicyConfig:
@@ -124,7 +136,10 @@ class TokenPolicyFields(PolicyConfig):
 
         return TokenPolicyConfig(kind=self.name, num_bins=self.num_bins, hidden=self.hidden,
                                  embed_dim=self.embed_dim, use_instruction=self.use_instruction,
-                                 chunk_size=self.chunk_size, execute_steps=self.execute_steps)
+                                 chunk_size=self.chunk_size, execute_steps=self.execute_steps,
+                                 action_head=self.action_head, flow_steps=self.flow_steps,
+                                 flow_noise=self.flow_noise,
+                                 state_dependent_std=self.state_dependent_std)
 
 
 @dataclass

@@ -211,6 +211,11 @@ class TrainConfig:
               f"policy.chunk_size={getattr(self.policy, 'chunk_size', 1)} is read by the group "
               f"trainer's token policies, not by algo={self.algo.name!r} (SB3 plays one action "
               "per step); leave it 1")
+        head = getattr(self.policy, "action_head", "tokens")
+        check(family == "group" or head == "tokens",
+              f"policy.action_head={head!r} is read by the group trainer's policies, not by "
+              f"algo={self.algo.name!r} (SB3 builds its own action distribution); leave it "
+              "'tokens'")
         check(family == "group" or not getattr(self.policy, "normalize_state", False),
               f"policy.normalize_state=true is read by the group trainer's MLP token policy, "
               f"not by algo={self.algo.name!r} (SB3's MlpPolicy); leave it false")

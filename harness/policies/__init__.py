@@ -6,13 +6,9 @@ import torch
 from gymnasium import spaces
 
 from harness.policies import hf_vla  # noqa: F401  (registers kind "hf_vla"; imports no model code)
+from harness.policies.encoders import MLPTokenPolicy, TinyVLA  # registers "mlp" and "tiny_vla"
 from harness.policies.saving import load_policy, save_policy
-from harness.policies.token_policy import (
-    MLPTokenPolicy,
-    TinyVLA,
-    TokenPolicy,
-    build_policy,
-)
+from harness.policies.token_policy import TokenPolicy, build_policy
 from harness.policies.tokens import (
     KINDS,
     TokenPolicyConfig,

@@ -26,9 +26,12 @@ from harness.policies.head_base import (
     gaussian_log_density,
     positive_int,
 )
-from harness.policies.tokens import actions_to_tokens, sample_tokens, tokens_to_actions
-
-HEAD_KINDS: tuple[str, ...] = ("tokens", "gaussian", "flow")
+from harness.policies.tokens import (
+    HEAD_KINDS,
+    actions_to_tokens,
+    sample_tokens,
+    tokens_to_actions,
+)
 
 __all__ = ["HEAD_KINDS", "ActionHead", "Decision", "FlowHead", "GaussianHead", "TokenHead",
            "log1m_tanh_squared", "make_head"]
@@ -60,7 +63,7 @@ class TokenHead(ActionHead):
         if positive_int("num_bins", num_bins) < 2:
             raise ValueError(f"num_bins={num_bins}; need >= 2 to cover [-1, 1]")
         self.num_bins = num_bins
-        self.record_dim = self.chunk_dim
+        self.record_dim = self.noise_dim = self.chunk_dim
         self.linear = nn.Linear(feature_dim, self.chunk_dim * num_bins)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -70,11 +73,16 @@ class TokenHead(ActionHead):
 
     @torch.no_grad()
     def sample(self, features: torch.Tensor, temperature: float = 1.0,
-               generator: torch.Generator | None = None) -> Decision:
-        """One token per chunk entry from ``softmax(logits / temperature)``; ``generator`` (on
-        the features' device) draws the ``(B, H, A)`` uniforms of the inverse CDF."""
+               generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> Decision:
+        """One token per chunk entry from ``softmax(logits / temperature)``; ``noise`` (``(B,
+        H * A)`` uniforms in ``[0, 1)``) or else ``generator`` (on the features' device) gives
+        the uniforms of the inverse CDF."""
         logits = self.logits(features) / check_temperature(temperature)
-        uniforms = torch.rand(logits.shape[:-1], generator=generator, device=logits.device)
+        if noise is None:
+            uniforms = torch.rand(logits.shape[:-1], generator=generator, device=logits.device)
+        else:
+            uniforms = self.check_noise(features, noise).view(logits.shape[:-1])
         tokens = sample_tokens(logits, uniforms)  # (B, H, A)
         log_probs = F.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1))
         return Decision(tokens_to_actions(tokens, self.num_bins), tokens.flatten(1).float(),
@@ -94,24 +102,42 @@ class TokenHead(ActionHead):
         """``(B,)``: the sum of :meth:`token_log_probs` over the chunk."""
         return self.token_log_probs(features, record, temperature).sum(dim=(1, 2))
 
+    def unit_log_probs(self, features: torch.Tensor, record: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """One unit per token, ``(B, H * A)``, step major."""
+        return self.token_log_probs(features, record, temperature).flatten(1)
+
+    def units_per_step(self) -> int:
+        """``A``: one token per action dimension."""
+        return self.action_dim
+
     def greedy(self, features: torch.Tensor) -> torch.Tensor:
         """Bin centres of the most likely tokens, ``(B, H, A)``."""
         return tokens_to_actions(self.logits(features).argmax(dim=-1), self.num_bins)
 
     def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-        """Cross-entropy of the targets' nearest bins, averaged over tokens (as
+                generator: torch.Generator | None = None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Cross-entropy of the targets' nearest bins, averaged over the tokens that count (as
         :func:`harness.bc.token_cross_entropy`); ``generator`` is unused."""
         targets = actions_to_tokens(self.check_targets(features, target_chunks), self.num_bins)
+        weights = self.step_weights(features, valid).flatten()
         logits = self.logits(features)
-        return F.cross_entropy(logits.reshape(-1, self.num_bins), targets.flatten())
+        losses = F.cross_entropy(logits.reshape(-1, self.num_bins), targets.flatten(),
+                                 reduction="none")
+        return (losses * weights).sum() / weights.sum().clamp(min=1.0)
 
     def entropy(self, features: torch.Tensor, temperature: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:
         """Exact entropy ``(B,)`` of the chunk: the sum of its tokens' entropies, each in
         ``[0, log K]``; ``generator`` is unused."""
+        return self.unit_entropy(features, temperature).sum(dim=-1)
+
+    def unit_entropy(self, features: torch.Tensor, temperature: float = 1.0,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        """Each token's entropy, ``(B, H * A)``."""
         log_probs = F.log_softmax(self.logits(features) / check_temperature(temperature), dim=-1)
-        return -(log_probs.exp() * log_probs).sum(dim=(1, 2, 3))
+        return -(log_probs.exp() * log_probs).sum(dim=-1).flatten(1)
 
 
 def log1m_tanh_squared(u: torch.Tensor) -> torch.Tensor:
@@ -154,7 +180,7 @@ class GaussianHead(ActionHead):
             raise ValueError(f"log_std_min={log_std_min}, log_std_init={log_std_init}, "
                              f"log_std_max={log_std_max}; need min <= init <= max")
         self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
-        self.record_dim = self.chunk_dim
+        self.record_dim = self.noise_dim = self.chunk_dim
         self.mean = nn.Linear(feature_dim, self.chunk_dim)
         self.state_dependent_std = bool(state_dependent_std)
         if self.state_dependent_std:
@@ -171,18 +197,27 @@ class GaussianHead(ActionHead):
         raw = self.log_std_layer(features) if self.state_dependent_std else self.log_std
         return mean, raw.clamp(self.log_std_min, self.log_std_max).expand_as(mean)
 
+    def _entry_log_probs(self, u: torch.Tensor, mean: torch.Tensor,
+                         std: torch.Tensor) -> torch.Tensor:
+        return gaussian_log_density(u, mean, std) - log1m_tanh_squared(u)
+
     def _action_log_prob(self, u: torch.Tensor, mean: torch.Tensor,
                          std: torch.Tensor) -> torch.Tensor:
-        return (gaussian_log_density(u, mean, std) - log1m_tanh_squared(u)).sum(dim=-1)
+        return self._entry_log_probs(u, mean, std).sum(dim=-1)
 
     @torch.no_grad()
     def sample(self, features: torch.Tensor, temperature: float = 1.0,
-               generator: torch.Generator | None = None) -> Decision:
-        """``u = mean + T * std * eps``, ``eps`` from ``generator`` (on the features' device)."""
+               generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> Decision:
+        """``u = mean + T * std * eps``, ``eps`` the ``noise`` ``(B, H * A)`` or else from
+        ``generator`` (on the features' device)."""
         temperature = check_temperature(temperature)
         mean, log_std = self.mean_and_log_std(features)
         std = temperature * log_std.exp()
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        else:
+            noise = self.check_noise(features, noise)
         u = mean + std * noise
         actions = torch.tanh(u).view(-1, self.chunk_size, self.action_dim)
         return Decision(actions, u, self._action_log_prob(u, mean, std))
@@ -194,22 +229,38 @@ class GaussianHead(ActionHead):
         mean, log_std = self.mean_and_log_std(features)
         return self._action_log_prob(u, mean, check_temperature(temperature) * log_std.exp())
 
+    def unit_log_probs(self, features: torch.Tensor, record: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """One unit per chunk entry, ``(B, H * A)``: the diagonal Gaussian and the elementwise
+        ``tanh`` factorise, so each entry's log-density is its own term of :meth:`log_prob`."""
+        u = self.check_record(features, record)
+        mean, log_std = self.mean_and_log_std(features)
+        return self._entry_log_probs(u, mean, check_temperature(temperature) * log_std.exp())
+
+    def units_per_step(self) -> int:
+        """``A``: one unit per action dimension."""
+        return self.action_dim
+
     def greedy(self, features: torch.Tensor) -> torch.Tensor:
         """``tanh(mean)``, ``(B, H, A)``."""
         mean, _ = self.mean_and_log_std(features)
         return torch.tanh(mean).view(-1, self.chunk_size, self.action_dim)
 
     def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-        """Negative log-likelihood of the demonstrated actions (temperature 1), per chunk entry.
+                generator: torch.Generator | None = None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Negative log-likelihood of the demonstrated actions (temperature 1), per chunk entry
+        that counts.
 
         Targets are clamped to ``|a| <= 1 - BC_EDGE`` first (``atanh`` of a saturated demo
         action would ask for an infinite mean); ``generator`` is unused.
         """
         targets = self.check_targets(features, target_chunks).flatten(1)
+        weights = self.step_weights(features, valid)
         u = torch.atanh(targets.clamp(-1.0 + self.BC_EDGE, 1.0 - self.BC_EDGE))
         mean, log_std = self.mean_and_log_std(features)
-        return -self._action_log_prob(u, mean, log_std.exp()).mean() / self.chunk_dim
+        nll = -self._entry_log_probs(u, mean, log_std.exp())
+        return (nll * weights).sum() / weights.sum().clamp(min=1.0)
 
     def entropy(self, features: torch.Tensor, temperature: float = 1.0,
                 generator: torch.Generator | None = None, samples: int = 16) -> torch.Tensor:
@@ -227,6 +278,17 @@ class GaussianHead(ActionHead):
         noise = torch.randn((samples, *mean.shape), generator=generator, device=mean.device)
         u = mean + log_std.exp() * noise
         return gaussian + log1m_tanh_squared(u).sum(dim=-1).mean(dim=0)
+
+    def unit_entropy(self, features: torch.Tensor, temperature: float = 1.0,
+                     generator: torch.Generator | None = None, samples: int = 16) -> torch.Tensor:
+        """:meth:`entropy` per chunk entry, ``(B, H * A)`` (the entries are independent)."""
+        temperature = check_temperature(temperature)
+        positive_int("samples", samples)
+        mean, log_std = self.mean_and_log_std(features)
+        log_std = log_std + math.log(temperature)
+        noise = torch.randn((samples, *mean.shape), generator=generator, device=mean.device)
+        u = mean + log_std.exp() * noise
+        return log_std + 0.5 + LOG_SQRT_2PI + log1m_tanh_squared(u).mean(dim=0)
 
 
 _HEADS: dict[str, type[ActionHead]] = {"tokens": TokenHead, "gaussian": GaussianHead,

@@ -91,7 +91,7 @@ class FlowHead(ActionHead):
             raise ValueError(f"sigma_min={sigma_min}, sigma_init={sigma_init}, sigma_max="
                              f"{sigma_max}; need 0 < min < init < max")
         self.noise, self.sigma_min, self.sigma_max = noise, float(sigma_min), float(sigma_max)
-        self.record_dim = (self.steps + 1) * self.chunk_dim
+        self.record_dim = self.noise_dim = (self.steps + 1) * self.chunk_dim
         in_dim = self.chunk_dim + 1 + 2 * len(TIME_FREQUENCIES) + feature_dim
         self.velocity = _mlp(in_dim, hidden, self.chunk_dim)
         fraction = (sigma_init - sigma_min) / (sigma_max - sigma_min)
@@ -134,9 +134,13 @@ class FlowHead(ActionHead):
 
     @torch.no_grad()
     def sample(self, features: torch.Tensor, temperature: float = 1.0,
-               generator: torch.Generator | None = None) -> Decision:
-        """A noisy chain ``x_0 .. x_K`` (noise from ``generator``, on the features' device),
-        its log-density and the actions ``clip(x_K, -1, 1)``.
+               generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> Decision:
+        """A noisy chain ``x_0 .. x_K``, its log-density and the actions ``clip(x_K, -1, 1)``.
+
+        The standard normals of the chain come from ``noise`` ``(B, (K + 1) * D)`` (the
+        first ``D`` for ``x_0``, then ``D`` per step) or else from ``generator`` (on the
+        features' device).
 
         The log-density is :meth:`log_prob` of the recorded chain (one more batched pass), so
         that a ratio recomputed on the same batch is exactly 1.
@@ -144,13 +148,18 @@ class FlowHead(ActionHead):
         temperature = check_temperature(temperature)
         features = self.check_features(features)
         rows, dim, device = features.shape[0], self.chunk_dim, features.device
-        x = temperature * torch.randn((rows, dim), generator=generator, device=device)
+        if noise is None:
+            noise = torch.randn((rows, self.noise_dim), generator=generator, device=device)
+        else:
+            noise = self.check_noise(features, noise)
+        draws = noise.view(rows, self.steps + 1, dim)
+        x = temperature * draws[:, 0]
         chain = [x]
         for k in range(self.steps):
             step = self._steps(rows, k, device)
             mean = x + self.velocity_at(x, step / self.steps, features) / self.steps
             std = temperature * self.sigma_at(step, x, features)
-            x = mean + std * torch.randn((rows, dim), generator=generator, device=device)
+            x = mean + std * draws[:, k + 1]
             chain.append(x)
         record = torch.cat(chain, dim=-1)
         return Decision(self._to_actions(x), record, self.log_prob(features, record, temperature))
@@ -183,16 +192,20 @@ class FlowHead(ActionHead):
         return self._to_actions(x)
 
     def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-        """Conditional flow matching: ``mean |v(x_t, t, f) - (a - eps)|^2`` over rows and chunk
-        entries, with ``t ~ U(0, 1)``, ``eps ~ N(0, I)`` from ``generator`` and ``x_t = t * a +
-        (1 - t) * eps``. The noise scales are not trained by it (RL moves them)."""
+                generator: torch.Generator | None = None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Conditional flow matching: ``mean |v(x_t, t, f) - (a - eps)|^2`` over rows and the
+        chunk entries that count, with ``t ~ U(0, 1)``, ``eps ~ N(0, I)`` from ``generator``
+        and ``x_t = t * a + (1 - t) * eps``. The noise scales are not trained by it (RL moves
+        them)."""
         targets = self.check_targets(features, target_chunks).flatten(1)
         features = self.check_features(features)
+        weights = self.step_weights(features, valid)
         t = torch.rand((targets.shape[0],), generator=generator, device=targets.device)
         eps = torch.randn(targets.shape, generator=generator, device=targets.device)
         x_t = t.unsqueeze(-1) * targets + (1.0 - t.unsqueeze(-1)) * eps
-        return (self.velocity_at(x_t, t, features) - (targets - eps)).pow(2).mean()
+        errors = (self.velocity_at(x_t, t, features) - (targets - eps)).pow(2)
+        return (errors * weights).sum() / weights.sum().clamp(min=1.0)
 
     def entropy(self, features: torch.Tensor, temperature: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:

@@ -80,6 +80,7 @@ class ActionHead(nn.Module, ABC):
     """
 
     record_dim: int
+    noise_dim: int  # standard-normal (or uniform, for tokens) numbers one decision draws
 
     def __init__(self, feature_dim: int, chunk_size: int, action_dim: int) -> None:
         super().__init__()
@@ -94,8 +95,13 @@ class ActionHead(nn.Module, ABC):
 
     @abstractmethod
     def sample(self, features: torch.Tensor, temperature: float = 1.0,
-               generator: torch.Generator | None = None) -> Decision:
-        """Draw one chunk per row (no gradients): actions, record and their log-density."""
+               generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> Decision:
+        """Draw one chunk per row (no gradients): actions, record and their log-density.
+
+        ``noise`` ``(B, noise_dim)`` gives each row's random numbers (standard normals for the
+        continuous heads, uniforms in ``[0, 1)`` for tokens) instead of ``generator``: a row's
+        draw then depends on its own numbers only, whatever else shares the batch."""
 
     @abstractmethod
     def log_prob(self, features: torch.Tensor, record: torch.Tensor,
@@ -109,14 +115,33 @@ class ActionHead(nn.Module, ABC):
 
     @abstractmethod
     def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
         """Scalar behaviour-cloning loss of demonstrated chunks ``(B, H, A)``, averaged over
-        rows and chunk entries."""
+        rows and chunk entries, or over the steps ``valid`` ``(B, H)`` marks (a chunk's slots
+        past the end of its episode do not count)."""
 
     @abstractmethod
     def entropy(self, features: torch.Tensor, temperature: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:
         """``(B,)`` entropy of a decision (exact or an estimate, as each head documents)."""
+
+    def unit_log_probs(self, features: torch.Tensor, record: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The decision's log-density split into the units a trainer clips one by one,
+        ``(B, U)``, summing to :meth:`log_prob`; one unit (the whole decision) unless a head
+        factorises."""
+        return self.log_prob(features, record, temperature).unsqueeze(-1)
+
+    def unit_entropy(self, features: torch.Tensor, temperature: float = 1.0,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        """:meth:`entropy` split as :meth:`unit_log_probs` is, ``(B, U)``."""
+        return self.entropy(features, temperature, generator).unsqueeze(-1)
+
+    def units_per_step(self) -> int:
+        """Units of :meth:`unit_log_probs` per control step of the chunk; 0 when one unit
+        covers the whole decision."""
+        return 0
 
     # --- shared checks ------------------------------------------------------------------------
 
@@ -142,6 +167,33 @@ class ActionHead(nn.Module, ABC):
             raise ValueError(f"record of shape {tuple(record.shape)}; expected {expected} "
                              f"for {type(self).__name__} and {features.shape[0]} feature rows")
         return record.float()
+
+    def check_noise(self, features: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """``noise`` as float, if it is ``(B, noise_dim)`` with the features' ``B``.
+
+        Raises:
+            ValueError: Another shape, naming it and the expected one.
+        """
+        expected = (features.shape[0], self.noise_dim)
+        if tuple(noise.shape) != expected:
+            raise ValueError(f"noise of shape {tuple(noise.shape)}; expected {expected} for "
+                             f"{type(self).__name__}")
+        return noise.to(device=features.device, dtype=torch.float32)
+
+    def step_weights(self, features: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """``(B, H * A)`` float weights of the chunk entries from a ``(B, H)`` step mask (all
+        ones for ``None``).
+
+        Raises:
+            ValueError: ``valid`` of another shape.
+        """
+        rows = features.shape[0]
+        if valid is None:
+            return features.new_ones((rows, self.chunk_dim))
+        if tuple(valid.shape) != (rows, self.chunk_size):
+            raise ValueError(f"valid of shape {tuple(valid.shape)}; expected "
+                             f"{(rows, self.chunk_size)}")
+        return valid.to(features.device, torch.float32).repeat_interleave(self.action_dim, 1)
 
     def check_targets(self, features: torch.Tensor, target_chunks: torch.Tensor) -> torch.Tensor:
         """``target_chunks`` as float, if they are ``(B, H, A)`` inside ``[-1, 1]``.

@@ -60,6 +60,7 @@ class HFVLAPolicy(TokenPolicy):
 
     def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
         nn.Module.__init__(self)  # no MLP heads: the language model's head scores the actions
+        self.head = None  # tokens only (TokenPolicyConfig refuses another action_head)
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
         dtype = hf_models.check_dtype(config.dtype, "cpu")

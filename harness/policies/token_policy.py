@@ -17,6 +17,7 @@ numpy observations from an environment into such a dict.
 from __future__ import annotations
 
 import copy
+import math
 from abc import abstractmethod
 from collections.abc import Mapping
 
@@ -25,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from harness.policies.chunks import decision_log_prob, executed_token_mask
-from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
+from harness.policies.head_base import ActionHead
 from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: read from here too)
     IMAGE_FEATURES,
     KINDS,
@@ -39,23 +40,43 @@ from harness.policies.tokens import (  # noqa: F401  (KINDS, IMAGE_FEATURES: rea
 
 
 class TokenPolicy(nn.Module):
-    """A categorical policy over ``num_bins`` tokens per action dimension, plus a value head.
+    """A policy over action chunks, plus a value head: categorical tokens per action dimension
+    (``action_head="tokens"``, the default) or a continuous head.
 
     Subclasses only encode observations into a ``(B, hidden)`` feature (:meth:`features`); the
     action head, value head and the sampling/log-probability surface live here. A decision is
     one chunk of ``chunk_size`` actions (one action by default); its record is its
-    ``chunk_size * action_dim`` tokens.
+    ``chunk_size * action_dim`` tokens, or with a continuous head (``gaussian``, ``flow``:
+    :attr:`head`, an :class:`~harness.policies.head_base.ActionHead`) the head's float record.
+
+    The trainer reads a decision's log-probability as *units* (:meth:`log_prob`, ``(B, U)``)
+    that :meth:`executed_mask` selects and the clipped ratio treats one by one: one per token,
+    one per chunk entry for ``gaussian`` (the diagonal Gaussian factorises), and the whole
+    denoising chain for ``flow`` (it does not; its unit counts whatever part of the chunk was
+    played, since the chain as a whole was sampled).
 
     Args:
         config: The policy configuration.
         obs_shapes: Shape of one observation per key, without the batch dimension.
     """
 
+    ENTROPY_SEED = 0  # the diagnostic entropy of the continuous heads draws from a fixed stream
+
     def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
         super().__init__()
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
-        self.action_head = nn.Linear(config.hidden, self.chunk_tokens * config.num_bins)
+        self.head: ActionHead | None = None
+        if config.action_head == "tokens":
+            self.action_head = nn.Linear(config.hidden, self.chunk_tokens * config.num_bins)
+        else:
+            from harness.policies.action_heads import make_head
+
+            options = ({"steps": config.flow_steps, "noise": config.flow_noise}
+                       if config.action_head == "flow"
+                       else {"state_dependent_std": config.state_dependent_std})
+            self.head = make_head(config.action_head, config.hidden, config.chunk_size,
+                                  config.action_dim, **options)
         # The critic baseline V(s0) is a separate small MLP on the shared features.
         self.value_head = nn.Sequential(
             nn.Linear(config.hidden, config.hidden), nn.Tanh(), nn.Linear(config.hidden, 1)
@@ -82,7 +103,13 @@ class TokenPolicy(nn.Module):
         ``tokens`` ``(B, action_dim)`` are the earlier dimensions' tokens an autoregressive
         policy conditions each dimension on (teacher forcing, as BC trains it); these policies
         score every dimension from the observation alone and ignore them.
+
+        Raises:
+            TypeError: The policy has a continuous head (no token scores).
         """
+        if self.head is not None:
+            raise TypeError(f"policy.action_head={self.config.action_head!r} has no token "
+                            "logits; this needs action_head='tokens'")
         flat = self.action_head(self.features(obs))
         return flat.view(-1, self.chunk_tokens, self.config.num_bins)
 
@@ -117,9 +144,15 @@ class TokenPolicy(nn.Module):
             and their float32 bin centres in ``[-1, 1]`` as actions ``(B, chunk_size,
             action_dim)``, on the policy's device; the first ``execute_steps`` are played.
 
+        With a continuous head the records are the head's float records ``(B, R)`` (zeros
+        for greedy actions, which nothing scores) and ``uniforms`` ``(B, noise_width)`` become
+        the head's standard normals by the inverse normal CDF.
+
         Raises:
             ValueError: ``temperature <= 0`` when sampling.
         """
+        if self.head is not None:
+            return self._act_continuous(obs, deterministic, temperature, uniforms)
         logits = self.logits(obs)
         if deterministic:
             tokens = logits.argmax(dim=-1)
@@ -132,18 +165,75 @@ class TokenPolicy(nn.Module):
         actions = tokens_to_actions(tokens, self.config.num_bins)
         return tokens, actions.view(len(tokens), self.config.chunk_size, self.config.action_dim)
 
+    def _act_continuous(self, obs, deterministic, temperature, uniforms):
+        features = self.features(obs)
+        if deterministic:
+            actions = self.head.greedy(features)
+            return features.new_zeros((len(actions), self.head.record_dim)), actions
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature={temperature} must be > 0 when sampling; use deterministic=True")
+        noise = None
+        if uniforms is not None:  # inverse normal CDF; the clamp keeps u = 0 finite
+            tiny = torch.finfo(torch.float32).eps
+            noise = torch.special.ndtri(uniforms.double().clamp(tiny, 1.0 - tiny)).float()
+        decision = self.head.sample(features, temperature, noise=noise)
+        return decision.record, decision.actions
+
     def log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
                  temperature: float = 1.0) -> torch.Tensor:
-        """Per-token log-probabilities ``(B, chunk_size * action_dim)`` of the decisions
-        ``tokens`` (same shape) under the categorical of ``logits / temperature`` (the one
-        :meth:`act` samples from)."""
+        """Per-unit log-probabilities ``(B, U)`` of the decision records ``tokens``: for
+        tokens, each token's ``(B, chunk_size * action_dim)`` under the categorical of ``logits
+        / temperature`` (the one :meth:`act` samples from); for a continuous head, its
+        :meth:`~harness.policies.head_base.ActionHead.unit_log_probs` at ``temperature``."""
+        if self.head is not None:
+            return self.head.unit_log_probs(self.features(obs), tokens, temperature)
         log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return log_probs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
     def executed_mask(self, executed: torch.Tensor) -> torch.Tensor:
         """Which entries of :meth:`log_prob` count for decisions that played ``executed``
-        ``(B,)`` control steps: the tokens of those steps, ``(B, chunk_size * action_dim)``."""
-        return executed_token_mask(executed, self.chunk_tokens, self.config.action_dim)
+        ``(B,)`` control steps: the units of those steps, ``(B, U)`` (every unit of a head
+        whose one unit is the whole decision)."""
+        if self.head is not None and self.head.units_per_step() == 0:
+            return torch.ones((len(executed), 1), dtype=torch.bool,
+                              device=torch.as_tensor(executed).device)
+        return executed_token_mask(executed, self.units_per_decision, self.config.action_dim)
+
+    @property
+    def units_per_decision(self) -> int:
+        """``U``: entries of :meth:`log_prob` per decision."""
+        if self.head is None:
+            return self.chunk_tokens
+        per_step = self.head.units_per_step()
+        return 1 if per_step == 0 else per_step * self.config.chunk_size
+
+    def max_units(self, max_episode_steps: int) -> int:
+        """Most units an attempt of ``max_episode_steps`` control steps can count (Dr. GRPO's
+        constant ``T_max``)."""
+        if self.head is not None and self.head.units_per_step() == 0:
+            return math.ceil(max_episode_steps / self.config.steps_per_decision)
+        return max_episode_steps * self.config.action_dim
+
+    @property
+    def noise_width(self) -> int:
+        """Random numbers one sampled decision reads (the ``uniforms`` of :meth:`act`)."""
+        return self.chunk_tokens if self.head is None else self.head.noise_dim
+
+    def bc_loss(self, obs: Mapping[str, torch.Tensor], target_chunks: torch.Tensor,
+                valid: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """A continuous head's behaviour-cloning loss of demonstrated chunks ``(B, H, A)``
+        over the steps ``valid`` ``(B, H)`` marks (:meth:`~harness.policies.head_base.
+        ActionHead.bc_loss`); token policies train by :func:`harness.bc.token_cross_entropy`.
+
+        Raises:
+            TypeError: A token policy.
+        """
+        if self.head is None:
+            raise TypeError("bc_loss is the continuous heads' loss; token policies use "
+                            "harness.bc.token_cross_entropy on their logits")
+        return self.head.bc_loss(self.features(obs), target_chunks, generator, valid)
 
     def decision_log_prob(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
                           executed: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -154,7 +244,13 @@ class TokenPolicy(nn.Module):
 
     def entropy(self, obs: Mapping[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
         """Entropy of each token's categorical at ``temperature``, ``(B, chunk_size *
-        action_dim)``, in ``[0, log K]``."""
+        action_dim)``, in ``[0, log K]``; with a continuous head, its
+        :meth:`~harness.policies.head_base.ActionHead.unit_entropy` ``(B, U)`` (Monte-Carlo
+        parts drawn from a fixed seed, so the figure repeats)."""
+        if self.head is not None:
+            generator = torch.Generator(device=next(self.parameters()).device)
+            generator.manual_seed(self.ENTROPY_SEED)
+            return self.head.unit_entropy(self.features(obs), temperature, generator)
         log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
         return -(log_probs.exp() * log_probs).sum(dim=-1)
 
@@ -182,145 +278,10 @@ class TokenPolicy(nn.Module):
         return reference
 
 
-class MLPTokenPolicy(TokenPolicy):
-    """Two-layer tanh MLP on ``state``, concatenated with the mean instruction embedding.
-
-    With ``normalize_state``, ``state`` is first standardised by the buffers ``state_mean`` and
-    ``state_std`` (identity until :meth:`fit_normalizer`). Positions in metres vary by
-    centimetres between the states a push expert treats differently; unscaled, they barely move
-    a tanh layer's pre-activations.
-    """
-
-    MIN_STD = 1e-2  # floor of a dimension's standard deviation (state units: m, rad, m/s)
-
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
-        super().__init__(config, obs_shapes)
-        self.use_instruction = config.use_instruction and "instruction" in obs_shapes
-        in_dim = obs_shapes["state"][0]
-        if self.use_instruction:
-            self.instruction_encoder = InstructionEncoder(config.embed_dim)
-            in_dim += config.embed_dim
-        self.trunk = nn.Sequential(
-            nn.Linear(in_dim, config.hidden),
-            nn.Tanh(),
-            nn.Linear(config.hidden, config.hidden),
-            nn.Tanh(),
-        )
-        if config.normalize_state:
-            state_dim = obs_shapes["state"][0]
-            self.register_buffer("state_mean", torch.zeros(state_dim))
-            self.register_buffer("state_std", torch.ones(state_dim))
-
-    def fit_normalizer(self, obs: Mapping[str, torch.Tensor]) -> dict[str, float]:
-        """With ``normalize_state``: set ``state_mean`` and ``state_std`` (floored at
-        ``MIN_STD``) from ``obs["state"]`` ``(N, state_dim)``."""
-        if not self.config.normalize_state:
-            return {}
-        state = obs["state"].double()
-        if len(state) < 2:
-            raise ValueError(f"fit_normalizer needs at least 2 states, got {len(state)}")
-        self.state_mean.copy_(state.mean(0).to(self.state_mean))
-        self.state_std.copy_(state.std(0).clamp_min(self.MIN_STD).to(self.state_std))
-        return {"bc/normalizer_states": float(len(state))}
-
-    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``state`` (+ instruction) -> ``(B, hidden)``."""
-        state = obs["state"].float()
-        if self.config.normalize_state:
-            state = (state - self.state_mean) / self.state_std
-        parts = [state]
-        if self.use_instruction:
-            parts.append(self.instruction_encoder(obs["instruction"]))
-        return self.trunk(torch.cat(parts, dim=-1))
-
-
-class TinyVLA(TokenPolicy):
-    """A tiny vision-language-action model.
-
-    A small CNN encodes ``pixels`` into keypoints (spatial softmax, the default) or a pooled
-    grid; the instruction is a mean of token embeddings; ``proprio`` goes through a linear layer.
-    The three are concatenated and fused by an MLP into the shared feature read by the
-    per-dimension token head. With ``instruction_keypoints`` = Q, Q keypoints chosen by the
-    instruction (:class:`~harness.policies.layers.InstructionKeypoints`) are fused too.
-    """
-
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
-        super().__init__(config, obs_shapes)
-        layers: list[nn.Module] = []
-        in_channels = obs_shapes["pixels"][-1]
-        keypoints = config.image_features == "spatial_softmax"
-        last = len(config.conv_channels) - 1
-        for i, out_channels in enumerate(config.conv_channels):
-            kernel = 5 if i == 0 else 3
-            stride = 1 if keypoints and i == last and i > 0 else 2
-            layers.append(
-                nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=kernel // 2)
-            )
-            if not (keypoints and i == last):  # keypoint logits stay signed
-                layers.append(nn.ReLU())
-            in_channels = out_channels
-        if keypoints:
-            layers.append(SpatialSoftmax())
-            fused_dim = 2 * in_channels
-        else:
-            layers += [nn.AdaptiveAvgPool2d(config.pooled_size), nn.Flatten()]
-            fused_dim = in_channels * config.pooled_size**2
-        self.image_encoder = nn.Sequential(*layers)
-
-        self.use_instruction = config.use_instruction and "instruction" in obs_shapes
-        if self.use_instruction:
-            self.instruction_encoder = InstructionEncoder(config.embed_dim)
-            fused_dim += config.embed_dim
-        self.instruction_keypoints = config.instruction_keypoints
-        if self.instruction_keypoints:
-            if not (keypoints and self.use_instruction):
-                raise ValueError(
-                    f"instruction_keypoints={self.instruction_keypoints} needs spatial_softmax "
-                    f"features and an instruction (observation keys {sorted(obs_shapes)})")
-            self.keypoint_chooser = InstructionKeypoints(config.embed_dim, in_channels,
-                                                         self.instruction_keypoints)
-            fused_dim += 2 * self.instruction_keypoints
-        self.use_proprio = "proprio" in obs_shapes
-        if self.use_proprio:
-            self.proprio_encoder = nn.Sequential(
-                nn.Linear(obs_shapes["proprio"][0], config.embed_dim), nn.Tanh()
-            )
-            fused_dim += config.embed_dim
-        self.fusion = nn.Sequential(
-            nn.Linear(fused_dim, config.hidden),
-            nn.ReLU(),
-            nn.Linear(config.hidden, config.hidden),
-            nn.ReLU(),
-        )
-
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """uint8 ``pixels`` ``(B, H, W, 3)`` -> image features ``(B, D)`` (keypoints or grid)."""
-        if pixels.dtype != torch.uint8:
-            raise TypeError(f"pixels must be uint8 (B, H, W, 3), got {pixels.dtype}")
-        image = pixels.permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W) in [0, 1]
-        return self.image_encoder(image)
-
-    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``pixels`` (+ instruction, proprio) -> ``(B, hidden)``.
-
-        An ``image_features`` entry (from :meth:`encode_image`) is used instead of ``pixels``
-        when present: a frozen encoder's output can be computed once and reused.
-        """
-        if "image_features" in obs:
-            parts = [obs["image_features"]]
-        else:
-            parts = [self.encode_image(obs["pixels"])]
-        if self.use_instruction:
-            parts.append(self.instruction_encoder(obs["instruction"]))
-            if self.instruction_keypoints:
-                parts.append(self.keypoint_chooser(parts[0], parts[1]))
-        if self.use_proprio:
-            parts.append(self.proprio_encoder(obs["proprio"].float()))
-        return self.fusion(torch.cat(parts, dim=-1))
-
-
-_POLICIES: dict[str, type[TokenPolicy]] = {"mlp": MLPTokenPolicy, "tiny_vla": TinyVLA}
-_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {"mlp": ("state",), "tiny_vla": ("pixels",)}
+# Filled by the modules that define policies (harness.policies.encoders: mlp and tiny_vla;
+# harness.policies.hf_vla), which the package imports.
+_POLICIES: dict[str, type[TokenPolicy]] = {}
+_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {}
 
 
 def register_policy(kind: str, policy_class: type[TokenPolicy],

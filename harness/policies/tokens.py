@@ -24,6 +24,8 @@ from gymnasium import spaces
 KINDS: tuple[str, ...] = ("mlp", "tiny_vla", "hf_vla")
 IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
 PROPRIO_INPUTS: tuple[str, ...] = ("projection", "none")  # how hf_vla reads proprio
+HEAD_KINDS: tuple[str, ...] = ("tokens", "gaussian", "flow")  # harness.policies.action_heads
+FLOW_NOISE: tuple[str, ...] = ("learned", "network")  # harness.policies.flow_head.NOISE_KINDS
 
 ObsShapes = dict[str, tuple[int, ...]]
 
@@ -99,6 +101,24 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None = None) ->
     return tokens.squeeze(-1).clamp(max=logits.shape[-1] - 1)
 
 
+def head_problem(kind: str, action_head: Any, flow_steps: Any = 4,
+                 flow_noise: Any = "learned") -> str | None:
+    """What is wrong with the action head ``action_head`` on a policy of ``kind``, as
+    ``"field=value; ..."``, or ``None``."""
+    if action_head not in HEAD_KINDS:
+        return f"action_head={action_head!r}; choose one of {HEAD_KINDS}"
+    if action_head != "tokens" and kind == "hf_vla":
+        return (f"action_head={action_head!r} with kind='hf_vla', which decodes action tokens "
+                "with its language-model head; need 'tokens' (the continuous heads run on "
+                "mlp and tiny_vla)")
+    if action_head == "flow":
+        if isinstance(flow_steps, bool) or not isinstance(flow_steps, int) or flow_steps < 1:
+            return f"flow_steps={flow_steps!r}; need an int >= 1 (denoising steps)"
+        if flow_noise not in FLOW_NOISE:
+            return f"flow_noise={flow_noise!r}; choose one of {FLOW_NOISE}"
+    return None
+
+
 def chunk_problem(chunk_size: Any, execute_steps: Any) -> str | None:
     """What is wrong with an action chunk of ``chunk_size`` actions of which ``execute_steps``
     are played (``None``: all), in words naming both, or ``None`` when they are fine."""
@@ -169,6 +189,15 @@ class TokenPolicyConfig:
             1 (the default) is one control step per decision. ``hf_vla`` decodes one step.
         execute_steps: ``k <= H``, actions of each chunk played before the next decision;
             ``None`` plays the whole chunk (``k = H``).
+        action_head: ``mlp`` and ``tiny_vla``: ``tokens`` (``num_bins`` categorical tokens
+            per action dimension, the default), ``gaussian`` (a tanh-squashed diagonal
+            Gaussian over the chunk) or ``flow`` (a flow-matching action expert sampled with
+            injected noise); :mod:`harness.policies.action_heads`.
+        flow_steps: ``flow``: denoising steps ``K``.
+        flow_noise: ``flow``: ``learned`` noise scales per step and entry, or ``network``
+            (a small MLP on the step's input, as Flow-Noise).
+        state_dependent_std: ``gaussian``: the scale from a linear layer on the features
+            instead of one learned value per chunk entry.
     """
 
     kind: str = "mlp"
@@ -193,10 +222,17 @@ class TokenPolicyConfig:
     gradient_checkpointing: bool = False
     chunk_size: int = 1
     execute_steps: int | None = None
+    action_head: str = "tokens"
+    flow_steps: int = 4
+    flow_noise: str = "learned"
+    state_dependent_std: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"TokenPolicyConfig.kind={self.kind!r}; choose one of {KINDS}")
+        problem = head_problem(self.kind, self.action_head, self.flow_steps, self.flow_noise)
+        if problem is not None:
+            raise ValueError(f"TokenPolicyConfig.{problem}")
         if self.image_features not in IMAGE_FEATURES:
             raise ValueError(
                 f"TokenPolicyConfig.image_features={self.image_features!r}; choose one of"
