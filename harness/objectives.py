@@ -231,7 +231,8 @@ def policy_loss(
             (an attempt's row: the tokens of the steps it played, decision after decision;
             with action chunks, a decision's unplayed tail is not in it).
         old_logp: ``(B, T)`` the same under the policy that collected the data (no gradient).
-        advantages: ``(B,)`` one advantage per attempt, shared by all of its tokens.
+        advantages: ``(B,)`` one advantage per attempt, shared by all of its tokens, or ``(B,
+            T)`` one per token (PPO with GAE: each decision's advantage on its tokens).
         mask: ``(B, T)`` bool or float, 1 for a valid token, 0 for padding.
         clip_low: ``epsilon_low``; the ratio is clipped below at ``1 - clip_low``.
         clip_high: ``epsilon_high``; the ratio is clipped above at ``1 + clip_high``. Defaults to
@@ -256,7 +257,9 @@ def policy_loss(
         clip_high = clip_low
 
     mask = mask.to(logp.dtype)
-    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1), broadcast over tokens
+    adv = advantages.to(logp.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)  # (B, 1), broadcast over tokens
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     pg_unclipped = ratio * adv
@@ -347,7 +350,8 @@ def _check_loss_inputs(
             f"logp, old_logp and mask must share one (B, T) shape, got {tuple(logp.shape)},"
             f" {tuple(old_logp.shape)} and {tuple(mask.shape)}"
         )
-    if advantages.shape != logp.shape[:1]:
+    if advantages.shape not in (logp.shape[:1], logp.shape):
         raise ValueError(
-            f"advantages must have shape (B,)=({logp.shape[0]},), got {tuple(advantages.shape)}"
+            f"advantages must have shape (B,)=({logp.shape[0]},) (one per attempt) or (B, T)="
+            f"{tuple(logp.shape)} (one per token), got {tuple(advantages.shape)}"
         )

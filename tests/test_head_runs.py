@@ -154,7 +154,7 @@ def test_a_flow_record_is_its_chain_and_scores_as_the_head_does():
 
 
 @pytest.mark.parametrize("head", HEADS)
-@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce"])
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo"])
 def test_every_group_algorithm_updates_every_head(head, algo):
     """One epoch, one minibatch: the policy's ratio is exactly 1 at the first (only) step, so
     nothing is clipped and the approximate KL is 0, and the head's weights move."""

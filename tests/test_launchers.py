@@ -103,6 +103,16 @@ def test_joblib_is_the_default_and_the_sweep_is_reported(joblib_sweep):
     check_reported(joblib_sweep)
 
 
+def test_joblib_jobs_can_spawn_rollout_workers(tmp_path):
+    """A job of the joblib launcher runs in a loky process, whose global start method a
+    spawned rollout worker cannot resolve; the workers name one it can."""
+    sweep_dir = tmp_path / "sweep"
+    done = sweep(sweep_dir, "hydra.launcher.n_jobs=2", "algo.workers=2",
+                 "task.obs_mode=state")
+    assert "died" not in done.stderr, done.stderr[-3000:]
+    check_reported(sweep_dir)
+
+
 def test_submitit_rehearsal_gives_the_joblib_sweep(joblib_sweep, tmp_path):
     sweep_dir = tmp_path / "sweep"
     sweep(sweep_dir, "hydra/launcher=slurm_rehearsal", "hydra.sweeper.max_batch_size=2")

@@ -112,9 +112,11 @@ def check_training_after_kill(run_dir: Path, overrides: list[str], target: dict[
     check_metrics_whole(run_dir / "metrics.csv")
 
 
-def test_a_killed_group_run_resumes_whole(tmp_path):
+@pytest.mark.parametrize("algo", [("algo=grpo",), ("algo=vla_ppo", "algo.critic=separate")])
+def test_a_killed_group_run_resumes_whole(tmp_path, algo):
     run_dir = tmp_path / "group"
-    args = ["scripts/train.py", *GROUP, *QUIET, "algo.iterations=1000",
+    overrides = [*GROUP, *algo]
+    args = ["scripts/train.py", *overrides, *QUIET, "algo.iterations=1000",
             f"hydra.run.dir={run_dir}"]
     process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
@@ -130,7 +132,7 @@ def test_a_killed_group_run_resumes_whole(tmp_path):
         _, stderr = process.communicate()
     assert latest.exists(), stderr.decode()[-2000:]
     killed = resolve_checkpoint(latest)[1]["iteration"]
-    check_training_after_kill(run_dir, GROUP, {"algo.iterations": str(killed + 3)})
+    check_training_after_kill(run_dir, overrides, {"algo.iterations": str(killed + 3)})
     assert json.loads((run_dir / "summary.json").read_text())["iterations"] == killed + 3
 
 

@@ -270,7 +270,7 @@ def test_minibatch_order_changes_between_iterations_and_resumes():
     assert resumed.generator.permutation(16).tolist() == trainer.generator.permutation(16).tolist()
 
 
-@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce"])
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo"])
 def test_shipped_group_configs_take_several_steps_per_batch(algo):
     cfg = harness_config.compose([f"algo={algo}"])
     attempts = cfg.algo.num_start_states * cfg.algo.group_size

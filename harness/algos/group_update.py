@@ -18,6 +18,7 @@ decision after decision; with one action per decision they are its tokens, step 
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from harness.algos.rollouts import RolloutBatch
-from harness.objectives import group_advantages, kl_k3, policy_loss
+from harness.objectives import gae, group_advantages, kl_k3, policy_loss, value_loss
 from harness.policies import TokenPolicy, obs_to_batch
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,13 @@ def select_attempts(batch_obs: dict[str, torch.Tensor], tokens: torch.Tensor, st
     return {k: v[index_t] for k, v in batch_obs.items()}, tokens[index_t], index_t
 
 
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)``: 1 for a perfect critic, 0 for one that
+    predicts the mean, negative for a worse one; NaN when the returns do not vary."""
+    spread = float(returns.var()) if len(returns) > 1 else 0.0
+    return 1.0 - float((returns - values).var()) / spread if spread > 0 else float("nan")
+
+
 class GroupTrainer:
     """State and update rule of the group-relative fine-tuner (see the module docstring).
 
@@ -94,7 +102,17 @@ class GroupTrainer:
                     f"(policy=tiny_vla); {type(policy).__name__} has none")
             for parameter in policy.image_encoder.parameters():
                 parameter.requires_grad_(False)
+        # vla_ppo's value network: the policy's own value head (shared features) or a copy of
+        # the start policy's network, trained by the value loss alone.
+        self.critic = policy
+        if self.estimator == "vla_ppo" and algo.critic == "separate":
+            self.critic = copy.deepcopy(policy)
+            if self.freeze_encoder:
+                for parameter in self.critic.image_encoder.parameters():
+                    parameter.requires_grad_(False)
         self._trainable = [p for p in policy.parameters() if p.requires_grad]
+        if self.critic is not policy:
+            self._trainable += [p for p in self.critic.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self._trainable, lr=algo.learning_rate)
         # One generator for the run (saved in checkpoints): each epoch of each iteration draws
         # its own minibatch order.
@@ -111,11 +129,14 @@ class GroupTrainer:
         """``(A,)`` advantages of the attempts of ``rollout`` by the run's estimator."""
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
         values = None
-        if self.estimator == "critic":
+        if self.estimator in ("critic", "vla_ppo"):
             first = {k: v[rollout.starts] for k, v in rollout.obs.items()}
             with torch.no_grad():
-                values = self.policy.value(obs_to_batch(first, device=self.device, batched=True))
-        return group_advantages(rewards_t, self.algo.group_size, self.estimator, values=values)
+                values = self.critic.value(obs_to_batch(first, device=self.device, batched=True))
+        # vla_ppo trains on per-decision GAE advantages (update()); per attempt it reports
+        # r - V(s0), which says whether a group carries signal as the critic baseline's does.
+        estimator = "critic" if self.estimator == "vla_ppo" else self.estimator
+        return group_advantages(rewards_t, self.algo.group_size, estimator, values=values)
 
     def group_has_signal(self, advantages: torch.Tensor) -> np.ndarray:
         """``(groups,)`` bool: groups whose attempts do not all have zero advantage.
@@ -166,13 +187,17 @@ class GroupTrainer:
                 # (a full pass costs as much as a third of an update epoch on pixels).
                 if algo.beta > 0:
                     ref_logp = self._log_probs(self.reference, kept_obs, kept_tokens)
+            ppo = None
+            if self.estimator == "vla_ppo":
+                ppo = self._decision_targets(kept_obs, kept_counts, kept_rewards)
+                metrics["explained_variance"] = [explained_variance(ppo[1], ppo[2])]
             for _ in range(algo.num_iterations):
                 order = self.generator.permutation(len(attempts))
                 for begin in range(0, len(order), algo.minibatch_size):
                     chosen = np.sort(order[begin:begin + algo.minibatch_size])
                     stats = self._step(kept_obs, kept_tokens, kept_valid, kept_starts,
                                        kept_counts, chosen, old_logp, ref_logp, kept_advantages,
-                                       kept_rewards)
+                                       kept_rewards, ppo)
                     for key, value in stats.items():
                         metrics.setdefault(key, []).append(float(value))
 
@@ -215,9 +240,39 @@ class GroupTrainer:
                               for i in range(0, len(pixels), chunk)])
         return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
 
+    def _decision_targets(self, obs, counts: np.ndarray, rewards: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """vla_ppo's per-decision ``(advantages, old values, returns)``, each ``(N,)``.
+
+        The verifier's reward comes at each attempt's last decision and the attempt ends there
+        (it is scored once, at its end), so the value after it is 0; GAE (:func:`harness.
+        objectives.gae`) runs over decisions with ``algo.gamma`` and ``algo.gae_lambda``.
+        With ``normalize_advantages`` the advantages are standardised over the decisions.
+        """
+        algo, size = self.algo, len(next(iter(obs.values())))
+        with torch.no_grad():
+            values = torch.cat([self.critic.value({k: v[i:i + 1024] for k, v in obs.items()})
+                                for i in range(0, size, 1024)]).float()
+        lengths = torch.as_tensor(counts, device=self.device)
+        rows = torch.repeat_interleave(torch.arange(len(counts), device=self.device), lengths)
+        columns = torch.arange(size, device=self.device) - (torch.cumsum(lengths, 0)
+                                                             - lengths)[rows]
+        padded = values.new_zeros((len(counts), int(lengths.max())))
+        per_decision = padded.clone()
+        per_decision[torch.arange(len(counts)), lengths - 1] = rewards.float()
+        padded[rows, columns] = values
+        advantages, returns = gae(per_decision, padded, lengths, values.new_zeros(len(counts)),
+                                  torch.ones(len(counts), dtype=torch.bool, device=self.device),
+                                  algo.gamma, algo.gae_lambda)
+        advantages, returns = advantages[rows, columns], returns[rows, columns]
+        if algo.normalize_advantages and size > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages, values, returns
+
     def _step(self, obs, tokens, valid, starts, counts, chosen, old_logp, ref_logp, advantages,
-              rewards) -> dict[str, float]:
-        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``counts``)."""
+              rewards, ppo=None) -> dict[str, float]:
+        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``counts``);
+        ``ppo``: vla_ppo's per-decision targets (:meth:`_decision_targets`)."""
         algo, policy = self.algo, self.policy
         mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, counts, chosen)
         mb_counts, mb_valid = counts[chosen], valid[index]
@@ -226,8 +281,12 @@ class GroupTrainer:
         old_pad, _ = attempt_tensor(old_logp[index], mb_counts, mb_valid)
         ref_pad = (None if ref_logp is None
                    else attempt_tensor(ref_logp[index], mb_counts, mb_valid)[0])
+        weights = advantages[chosen]
+        if ppo is not None:  # each decision's advantage on each of its units
+            per_unit = ppo[0][index].unsqueeze(1).expand(-1, mb_valid.shape[1])
+            weights = attempt_tensor(per_unit, mb_counts, mb_valid)[0]
         loss, stats = policy_loss(
-            logp_pad, old_pad, advantages[chosen], mask,
+            logp_pad, old_pad, weights, mask,
             clip_low=algo.clip_low, clip_high=algo.clip_high,
             aggregation=self.aggregation, max_tokens=self.max_tokens,
             ref_logp=ref_pad, beta=algo.beta,
@@ -235,9 +294,16 @@ class GroupTrainer:
         if self.estimator == "critic":
             first = torch.as_tensor(starts[chosen], device=self.device)
             value = policy.value({k: v[first] for k, v in obs.items()})
-            value_loss = torch.mean((value - rewards[chosen]) ** 2)
-            loss = loss + 0.5 * value_loss
-            stats["value_loss"] = float(value_loss.detach())
+            baseline_loss = torch.mean((value - rewards[chosen]) ** 2)
+            loss = loss + 0.5 * baseline_loss
+            stats["value_loss"] = float(baseline_loss.detach())
+        if ppo is not None:
+            _, old_values, returns = ppo
+            values = self.critic.value(mb_obs)
+            critic_loss = value_loss(values, old_values[index], returns[index],
+                                     torch.ones_like(values), algo.vf_clip)
+            loss = loss + algo.vf_coef * critic_loss
+            stats["value_loss"] = float(critic_loss.detach())
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"non-finite policy loss ({float(loss)}) at a minibatch of "
@@ -262,13 +328,21 @@ class GroupTrainer:
         ])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "reference": self.reference.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "minibatch_rng": self.generator.bit_generator.state}
+        state = {"policy": self.policy.state_dict(), "reference": self.reference.state_dict(),
+                 "optimizer": self.optimizer.state_dict(),
+                 "minibatch_rng": self.generator.bit_generator.state}
+        if self.critic is not self.policy:
+            state["critic"] = self.critic.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.reference.load_state_dict(state["reference"])
+        if self.critic is not self.policy:
+            if "critic" not in state:
+                raise ValueError("the checkpoint holds no separate critic; resume with the "
+                                 "algo.critic the run started with")
+            self.critic.load_state_dict(state["critic"])
         if "minibatch_rng" in state:
             self.generator.bit_generator.state = state["minibatch_rng"]
         try:

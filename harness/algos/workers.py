@@ -108,6 +108,10 @@ class ProcessWorker:
     """
 
     def __init__(self, spec: EngineSpec | HostSpec, name: str) -> None:
+        if mp.get_start_method(allow_none=True) not in (None, *mp.get_all_start_methods()):
+            # In a job of Hydra's joblib launcher the global method is loky's, which a spawned
+            # child cannot resolve when it reads its parent's: name one it can.
+            mp.set_start_method("spawn", force=True)
         context = mp.get_context("spawn")
         self.name = name
         self.connection, child = context.Pipe()

@@ -23,7 +23,8 @@ from harness.config.rollout import ResetNoiseConfig, RolloutConfig
 from harness.lerobot.reader import validate_dataset  # reads the folder; builds nothing
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
-GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
+GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo")
+CRITICS: tuple[str, ...] = ("shared", "separate")  # vla_ppo's value network
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 # The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
 BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
@@ -239,6 +240,15 @@ class GroupAlgoConfig(AlgoConfig):
         replay_buffer: Replay starts kept (the newest).
         replay_every: Steps between the captured states of an attempt, for replay starts.
         reset_noise: Inexact resets of the attempts (:class:`ResetNoiseConfig`; off at 0).
+        gamma: ``vla_ppo``: discount per decision, in [0, 1].
+        gae_lambda: ``vla_ppo``: GAE's lambda, in [0, 1].
+        vf_coef: ``vla_ppo``: weight of the value loss, >= 0.
+        vf_clip: ``vla_ppo``: how far a value may move from the rollout's in one update (PPO2's
+            value clipping); ``null`` leaves it unclipped.
+        critic: ``vla_ppo``: ``shared`` (a value head on the policy's own features, as RL4VLA)
+            or ``separate`` (a copy of the start policy's network with its own value head).
+        normalize_advantages: ``vla_ppo``: standardise each update's advantages over its
+            decisions.
     """
 
     group_size: int = 8
@@ -279,6 +289,12 @@ class GroupAlgoConfig(AlgoConfig):
     replay_buffer: int = 256
     replay_every: int = 5
     reset_noise: ResetNoiseConfig = field(default_factory=ResetNoiseConfig)
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    vf_coef: float = 0.5
+    vf_clip: float | None = 0.2
+    critic: str = "shared"
+    normalize_advantages: bool = True
 
     def __post_init__(self) -> None:
         from harness.objectives import AGGREGATIONS  # imports torch: here, not at import
@@ -298,6 +314,13 @@ class GroupAlgoConfig(AlgoConfig):
               f"algo.name={self.name!r} with the group schema; choose one of {GROUP_ALGOS}")
         self._check_sizes()
         check(self.beta >= 0, f"algo.beta={self.beta}; must be >= 0")
+        for key in ("gamma", "gae_lambda"):
+            value = getattr(self, key)
+            check(0.0 <= value <= 1.0, f"algo.{key}={value}; must be in [0, 1]")
+        check(self.vf_coef >= 0, f"algo.vf_coef={self.vf_coef}; must be >= 0")
+        check(self.vf_clip is None or self.vf_clip > 0,
+              f"algo.vf_clip={self.vf_clip}; must be > 0, or null for no clipping")
+        check(self.critic in CRITICS, f"algo.critic={self.critic!r}; choose one of {CRITICS}")
         check(self.aggregation in AGGREGATIONS,
               f"algo.aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
         check(self.zero_signal in ZERO_SIGNAL,
