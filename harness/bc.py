@@ -65,7 +65,7 @@ def bc_targets(policy: TokenPolicy, demos: Demos,
     """
     config = policy.config
     targets, valid = chunk_targets(demos.actions, demos.episode_ids, config.chunk_size)
-    if policy.head is not None:
+    if policy.continuous:
         chunks = torch.as_tensor(np.asarray(targets, dtype=np.float32), device=device)
         return chunks, None if valid is None else torch.as_tensor(valid, device=device)
     tokens = actions_to_tokens(targets.reshape(len(targets), -1), config.num_bins).to(device)
@@ -231,7 +231,7 @@ def _train_epoch(
         batch = {key: value[batch_idx] for key, value in obs.items()}
         if "pixels" in batch:
             batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
-        if policy.head is not None:  # a continuous head: its own loss on the chunks
+        if policy.continuous:  # a continuous head: its own loss on the chunks
             loss = policy.bc_loss(batch, tokens[batch_idx],
                                   None if valid is None else valid[batch_idx], generator)
         else:  # the demo's own tokens condition an autoregressive policy (teacher forcing)
@@ -260,7 +260,7 @@ def _policy_inputs(
                 f" built for {policy.obs_shapes[key]}"
             )
     obs = obs_to_batch({key: demos.obs[key] for key in shared}, device=device, batched=True)
-    probe = policy.logits if policy.head is None else policy.features
+    probe = policy.logits if not policy.continuous else policy.features
     try:
         with torch.no_grad():
             probe({key: value[:1] for key, value in obs.items()})

@@ -48,7 +48,7 @@ def validate(
         return {"bc/val_loss": math.nan, "bc/val_accuracy": math.nan,
                 "bc/val_action_error": math.nan}
     policy.eval()
-    if policy.head is not None:
+    if policy.continuous:
         return _validate_continuous(policy, obs, targets, val_idx, batch_size)
     tokens, valid = targets
     bins = policy.config.num_bins

@@ -56,7 +56,8 @@ def load_policy(
         if not trainer.has_reference_policy:
             raise ValueError(
                 f"reference=true: a {metadata['algo']} checkpoint holds no reference policy;"
-                " only group-trainer checkpoints (grpo, dr_grpo, rloo, critic, reinforce) do"
+                " only group-trainer checkpoints (grpo, dr_grpo, rloo, critic, reinforce,"
+                " vla_ppo) do"
             )
         return trainer.load_policy(checkpoint, metadata, device, sampled=sampled, reference=True)
     return trainer.load_policy(checkpoint, metadata, device, sampled=sampled)

@@ -2,7 +2,7 @@
 out=policy.onnx``.
 
 A Hydra app over ``conf/export_policy.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
-them). ``checkpoint`` is a group-trainer run (grpo, dr_grpo, rloo, critic, reinforce) as
+them). ``checkpoint`` is a group-trainer run (grpo, dr_grpo, rloo, critic, reinforce, vla_ppo) as
 ``scripts/evaluate.py`` takes it: a run directory (its best checkpoint, else its latest), a
 ``checkpoints/`` folder, a checkpoint file or its metadata JSON. Its MLP or TinyVLA token policy
 (``reference=true``: the frozen start policy stored with it) becomes one ONNX graph from the raw

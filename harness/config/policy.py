@@ -22,14 +22,14 @@ from harness.config.errors import ConfigError, check
 if TYPE_CHECKING:
     from harness.policies import TokenPolicyConfig
 
-POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla", "hf_vla")
+POLICIES: tuple[str, ...] = ("mlp", "cnn", "tiny_vla", "hf_vla", "smolvla")
 # Which policies each algorithm family can train, and which observation key each policy reads.
 POLICIES_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "sb3": ("mlp", "cnn"),
-    "group": ("mlp", "tiny_vla", "hf_vla"),
+    "group": ("mlp", "tiny_vla", "hf_vla", "smolvla"),
 }
 POLICY_OBS_KEY: dict[str, str] = {"mlp": "state", "cnn": "pixels", "tiny_vla": "pixels",
-                                  "hf_vla": "pixels"}
+                                  "hf_vla": "pixels", "smolvla": "pixels"}
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
 
 
@@ -311,10 +311,63 @@ class HFVLAConfig(PolicyConfig):
             gradient_checkpointing=self.gradient_checkpointing, **lora)
 
 
+@dataclass
+class SmolVLAPolicyConfig(PolicyConfig):
+    """``smolvla``: SmolVLA (LeRobot's network) with a Flow-Noise action expert
+    (``harness.policies.smolvla_policy``; docs/smolvla.md).
+
+    Attributes:
+        model: ``tiny:smolvla`` (random, offline, sized to the task) or a LeRobot SmolVLA
+            checkpoint folder (``config.json`` + ``model.safetensors``).
+        chunk_size: ``H``, actions per decision (a folder's own ``chunk_size``).
+        execute_steps: ``k <= H`` played per decision; ``null`` plays the whole chunk.
+        flow_steps: ``K``, noisy denoising steps per decision.
+        hidden: Width of the value head.
+    """
+
+    name: str = "smolvla"
+    use_instruction: bool = True
+    model: str = "tiny:smolvla"
+    chunk_size: int = 8
+    execute_steps: int | None = None
+    flow_steps: int = 4
+    hidden: int = 64
+
+    def __post_init__(self) -> None:
+        from harness.policies.tokens import chunk_problem
+
+        super().__post_init__()
+        problem = chunk_problem(self.chunk_size, self.execute_steps)
+        check(problem is None, f"policy.{problem}")
+        check(isinstance(self.flow_steps, int) and self.flow_steps >= 1,
+              f"policy.flow_steps={self.flow_steps!r}; need an int >= 1 (denoising steps)")
+        check(self.hidden >= 1, f"policy.hidden={self.hidden}; must be >= 1")
+        if self.model != "tiny:smolvla":
+            from harness.policies.smolvla_folder import read_checkpoint
+
+            try:  # a folder that is not a SmolVLA checkpoint: before any demo or run folder
+                config, _ = read_checkpoint(self.model)
+            except (OSError, ValueError) as error:  # its CheckpointError is a ValueError
+                raise ConfigError(f"policy.model={self.model!r}: {error}") from None
+            check(config.arch.chunk_size == self.chunk_size,
+                  f"policy.chunk_size={self.chunk_size}, but the checkpoint {self.model!r} "
+                  f"predicts chunks of {config.arch.chunk_size}")
+
+    def token_policy_config(self) -> TokenPolicyConfig:
+        from harness.policies import TokenPolicyConfig
+
+        model = str(Path(self.model).resolve()) if Path(self.model).is_dir() else self.model
+        return TokenPolicyConfig(
+            kind="smolvla", use_instruction=self.use_instruction, model=model,
+            chunk_size=self.chunk_size, execute_steps=self.execute_steps, action_head="flow",
+            flow_steps=self.flow_steps, hidden=self.hidden)
+
+
 # The schema each ``conf/policy/*.yaml`` names in its defaults list (``/schema/policy@_here_: cnn``)
 POLICY_SCHEMAS: dict[str, type[PolicyConfig]] = {
     "mlp": MLPPolicyConfig,
     "cnn": CNNPolicyConfig,
     "tiny_vla": TinyVLAConfig,
     "hf_vla": HFVLAConfig,
+    "smolvla": SmolVLAPolicyConfig,
 }

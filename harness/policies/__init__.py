@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from gymnasium import spaces
 
-from harness.policies import hf_vla  # noqa: F401  (registers kind "hf_vla"; imports no model code)
+from harness.policies import (
+    hf_vla,  # noqa: F401  (registers kind "hf_vla"; imports no model code)
+    smolvla_policy,  # noqa: F401  (registers "smolvla"; no model code)
+)
 from harness.policies.encoders import MLPTokenPolicy, TinyVLA  # registers "mlp" and "tiny_vla"
 from harness.policies.saving import load_policy, save_policy
 from harness.policies.token_policy import TokenPolicy, build_policy

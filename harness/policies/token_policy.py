@@ -201,6 +201,12 @@ class TokenPolicy(nn.Module):
         return executed_token_mask(executed, self.units_per_decision, self.config.action_dim)
 
     @property
+    def continuous(self) -> bool:
+        """Whether the actions come from a continuous head (float records, a head's BC loss)
+        rather than tokens."""
+        return self.head is not None
+
+    @property
     def units_per_decision(self) -> int:
         """``U``: entries of :meth:`log_prob` per decision."""
         if self.head is None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-KINDS: tuple[str, ...] = ("mlp", "tiny_vla", "hf_vla")
+KINDS: tuple[str, ...] = ("mlp", "tiny_vla", "hf_vla", "smolvla")
 IMAGE_FEATURES: tuple[str, ...] = ("spatial_softmax", "avg_pool")
 PROPRIO_INPUTS: tuple[str, ...] = ("projection", "none")  # how hf_vla reads proprio
 HEAD_KINDS: tuple[str, ...] = ("tokens", "gaussian", "flow")  # harness.policies.action_heads
@@ -111,6 +111,9 @@ def head_problem(kind: str, action_head: Any, flow_steps: Any = 4,
         return (f"action_head={action_head!r} with kind='hf_vla', which decodes action tokens "
                 "with its language-model head; need 'tokens' (the continuous heads run on "
                 "mlp and tiny_vla)")
+    if kind == "smolvla" and (action_head != "flow" or flow_noise != "learned"):
+        return (f"action_head={action_head!r}, flow_noise={flow_noise!r} with kind='smolvla', "
+                "whose action expert is a flow; need 'flow' with 'learned' noise")
     if action_head == "flow":
         if isinstance(flow_steps, bool) or not isinstance(flow_steps, int) or flow_steps < 1:
             return f"flow_steps={flow_steps!r}; need an int >= 1 (denoising steps)"

@@ -1,0 +1,238 @@
+"""``policy=smolvla``: SmolVLA (:class:`~harness.policies.smolvla.SmolVLAModel`, LeRobot's network
+and parameter names) as a policy of the group trainer, with action chunks and a flow-matching
+action expert made RL-ready by Flow-Noise.
+
+Observations: the camera frame (``pixels``, resized to the model's image size and mapped to
+[-1, 1]), the instruction's token ids (the harness's closed vocabulary; a real checkpoint's
+tokenizer is not shipped, so its embedding rows for these ids are what fine-tuning adapts) and
+``proprio`` as the state token (zero-padded to ``max_state_dim``).
+
+Sampling follows SmolVLA's convention, from noise at ``t = 1`` to actions at ``t = 0`` in ``K``
+Euler steps ``dt = -1 / K``, with Gaussian noise injected at every step (πRL's Flow-Noise, Chen
+et al. 2025, arXiv 2510.25889)::
+
+    x_0     ~ N(0, T^2 I)
+    x_{k+1} = x_k + dt * v(x_k, t_k) + T * sigma_k * eps_k,   t_k = 1 + k * dt
+
+so the chain ``x_0 .. x_K`` (the record, ``(K + 1) * H * max_action_dim`` floats) has the exact
+log-density ``log N(x_0; 0, T^2) + sum_k log N(x_{k+1}; x_k + dt v, T^2 sigma_k^2)``, one unit
+per decision. ``sigma_k`` (per step and chunk entry, in ``[SIGMA_MIN, SIGMA_MAX]``) is learned;
+behaviour cloning trains the velocity by SmolVLA's own flow-matching loss. Greedy actions are
+the noiseless ODE from ``x_0 = 0``. The executed actions are the first ``action_dim`` columns of
+``x_K``, clipped to [-1, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from harness.policies.head_base import LOG_SQRT_2PI, gaussian_log_density
+from harness.policies.token_policy import TokenPolicy, register_policy
+from harness.policies.tokens import ObsShapes, TokenPolicyConfig
+
+TINY = "tiny:smolvla"
+SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = 0.02, 0.5, 0.1
+
+
+def build_model(config: TokenPolicyConfig, obs_shapes: ObsShapes):
+    """The :class:`~harness.policies.smolvla.SmolVLAModel` ``config.model`` names: ``tiny:smolvla``
+    (random weights, sized to the observations and ``chunk_size``) or a LeRobot checkpoint
+    folder (whose ``chunk_size`` and widths must fit).
+
+    Raises:
+        ValueError: A folder whose chunk, state or action width does not fit, naming them.
+    """
+    from harness.policies.smolvla import SmolVLAModel, tiny_config
+
+    state_dim = obs_shapes["proprio"][0] if "proprio" in obs_shapes else 1
+    if config.model == TINY:
+        return SmolVLAModel(tiny_config(chunk_size=config.chunk_size, state_dim=state_dim,
+                                        action_dim=config.action_dim))
+    model = SmolVLAModel.from_folder(config.model)
+    arch = model.config.arch
+    if (arch.chunk_size, ) != (config.chunk_size, ) or arch.max_state_dim < state_dim or (
+            arch.max_action_dim < config.action_dim):
+        raise ValueError(
+            f"policy.model={config.model!r} predicts chunks of {arch.chunk_size} actions of "
+            f"width {arch.max_action_dim} from states of width {arch.max_state_dim}; this run "
+            f"asks for policy.chunk_size={config.chunk_size}, {config.action_dim} action and "
+            f"{state_dim} proprio dimensions")
+    return model
+
+
+class SmolVLAPolicy(TokenPolicy):
+    """SmolVLA with a Flow-Noise sampler and a value head (see the module docstring).
+
+    Args:
+        config: ``kind="smolvla"``, ``action_head="flow"``; ``model``, ``chunk_size``,
+            ``execute_steps`` and ``flow_steps`` are read.
+        obs_shapes: Must hold ``pixels``; ``proprio`` and ``instruction`` are read when present.
+    """
+
+    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
+        nn.Module.__init__(self)
+        self.head = None  # the flow expert is the model's own
+        self.config = config
+        self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the same random weights in every process that builds it
+            self.smolvla = build_model(config, self.obs_shapes)
+            arch = self.smolvla.config.arch
+            self.steps, self.entries = config.flow_steps, arch.chunk_size * arch.max_action_dim
+            fraction = (SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_MIN)
+            self.noise_logit = nn.Parameter(torch.full((self.steps, self.entries),
+                                                       math.log(fraction / (1 - fraction))))
+            width = self.smolvla.config.vlm["text_config"]["hidden_size"]
+            self.value_head = nn.Sequential(nn.Linear(width, config.hidden), nn.Tanh(),
+                                            nn.Linear(config.hidden, 1))
+        self.image_size = int(self.smolvla.config.policy["resize_imgs_with_padding"][0])
+        self.use_instruction = config.use_instruction and "instruction" in self.obs_shapes
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def model_inputs(self, obs: Mapping[str, torch.Tensor]):
+        """``(images, lang_tokens, lang_masks, state)`` of :meth:`SmolVLAModel.encode`."""
+        pixels = obs["pixels"]
+        if pixels.dtype != torch.uint8:
+            raise TypeError(f"pixels must be uint8 (B, H, W, 3), got {pixels.dtype}")
+        image = pixels.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        if image.shape[-1] != self.image_size or image.shape[-2] != self.image_size:
+            image = F.interpolate(image, size=(self.image_size, self.image_size),
+                                  mode="bilinear", align_corners=False)
+        rows = pixels.shape[0]
+        if self.use_instruction:
+            tokens = obs["instruction"].long()
+            masks = tokens != 0  # tasks.language.PAD
+            masks[:, 0] = True  # an instruction of padding only still has one token
+        else:
+            tokens = torch.zeros((rows, 1), dtype=torch.long, device=pixels.device)
+            masks = torch.ones_like(tokens, dtype=torch.bool)
+        if "proprio" in obs:
+            state = obs["proprio"].float()
+        else:
+            state = torch.zeros((rows, 1), device=pixels.device)
+        return [image], tokens, masks, state
+
+    def encode(self, obs: Mapping[str, torch.Tensor]):
+        return self.smolvla.encode(*self.model_inputs(obs))
+
+    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Mean of the prefix's input embeddings over its real tokens, ``(B, width)``: what
+        the value head reads."""
+        images, tokens, masks, state = self.model_inputs(obs)
+        ones = [torch.ones(images[0].shape[0], dtype=torch.bool, device=state.device)]
+        embeddings, pads, _ = self.smolvla.embed_prefix(images, ones, tokens, masks, state)
+        weights = pads.to(embeddings.dtype).unsqueeze(-1)
+        return (embeddings * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+    # --- the chain ----------------------------------------------------------------------------
+
+    def sigma(self) -> torch.Tensor:
+        """Noise scales ``(K, H * max_action_dim)`` at temperature 1."""
+        return SIGMA_MIN + (SIGMA_MAX - SIGMA_MIN) * torch.sigmoid(self.noise_logit)
+
+    def _velocity(self, cache, pads, x: torch.Tensor, k: int) -> torch.Tensor:
+        arch = self.smolvla.config.arch
+        time = torch.full((x.shape[0],), 1.0 - k / self.steps, device=x.device)
+        chunk = x.view(-1, arch.chunk_size, arch.max_action_dim)
+        return self.smolvla.velocity(cache, pads, chunk, time).flatten(1)
+
+    def _actions(self, x: torch.Tensor) -> torch.Tensor:
+        arch = self.smolvla.config.arch
+        chunk = x.view(-1, arch.chunk_size, arch.max_action_dim)
+        return chunk[:, :, :self.config.action_dim].clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def act(self, obs, deterministic: bool = False, temperature: float = 1.0,
+            uniforms: torch.Tensor | None = None):
+        """A decision: the chain record ``(B, (K + 1) * H * max_action_dim)`` (zeros for greedy
+        actions) and the chunk ``(B, H, action_dim)``; ``uniforms`` ``(B, noise_width)`` become
+        the chain's standard normals by the inverse normal CDF."""
+        cache, pads = self.encode(obs)
+        rows = pads.shape[0]
+        if deterministic:
+            x = torch.zeros((rows, self.entries), device=pads.device)
+            for k in range(self.steps):
+                x = x - self._velocity(cache, pads, x, k) / self.steps
+            return x.new_zeros((rows, self.noise_width)), self._actions(x)
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature={temperature} must be > 0 when sampling; use deterministic=True")
+        if uniforms is None:
+            normals = torch.randn((rows, self.noise_width), device=pads.device)
+        else:
+            tiny = torch.finfo(torch.float32).eps
+            normals = torch.special.ndtri(uniforms.double().clamp(tiny, 1 - tiny)).float()
+        draws = normals.to(pads.device).view(rows, self.steps + 1, self.entries)
+        sigma = self.sigma()
+        x = temperature * draws[:, 0]
+        chain = [x]
+        for k in range(self.steps):
+            x = x - self._velocity(cache, pads, x, k) / self.steps
+            x = x + temperature * sigma[k] * draws[:, k + 1]
+            chain.append(x)
+        return torch.cat(chain, dim=-1), self._actions(x)
+
+    def log_prob(self, obs, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """``(B, 1)``: the chain's log-density at ``temperature`` (one unit per decision)."""
+        cache, pads = self.encode(obs)
+        chain = tokens.float().view(-1, self.steps + 1, self.entries)
+        sigma = self.sigma()
+        x0 = chain[:, 0]
+        total = gaussian_log_density(x0, torch.zeros_like(x0),
+                                     x0.new_tensor(float(temperature))).sum(-1)
+        for k in range(self.steps):
+            mean = chain[:, k] - self._velocity(cache, pads, chain[:, k], k) / self.steps
+            total = total + gaussian_log_density(chain[:, k + 1], mean,
+                                                 temperature * sigma[k]).sum(-1)
+        return total.unsqueeze(-1)
+
+    def entropy(self, obs, temperature: float = 1.0) -> torch.Tensor:
+        """Exact entropy of the chain, ``(B, 1)``: ``sigma`` does not depend on the state."""
+        per_entry = 0.5 + LOG_SQRT_2PI + math.log(temperature)
+        value = per_entry * self.entries * (self.steps + 1) + self.sigma().log().sum()
+        rows = len(next(iter(obs.values())))
+        return value.expand(rows, 1)
+
+    def logits(self, obs, tokens=None):
+        raise TypeError("policy=smolvla has no token logits (a flow-matching action expert)")
+
+    def executed_mask(self, executed: torch.Tensor) -> torch.Tensor:
+        return torch.ones((len(executed), 1), dtype=torch.bool,
+                          device=torch.as_tensor(executed).device)
+
+    @property
+    def units_per_decision(self) -> int:
+        return 1
+
+    def max_units(self, max_episode_steps: int) -> int:
+        return math.ceil(max_episode_steps / self.config.steps_per_decision)
+
+    @property
+    def noise_width(self) -> int:
+        return (self.steps + 1) * self.entries
+
+    @property
+    def continuous(self) -> bool:
+        return True
+
+    def bc_loss(self, obs, target_chunks: torch.Tensor, valid: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """SmolVLA's flow-matching loss on the demonstrated chunks ``(B, H, action_dim)``, over
+        the real action columns of the steps ``valid`` ``(B, H)`` marks."""
+        images, tokens, masks, state = self.model_inputs(obs)
+        losses = self.smolvla.flow_loss(images, tokens, masks, state, target_chunks.float(),
+                                        generator=generator, reduction="none")
+        losses = losses[:, :, :self.config.action_dim]
+        weights = (torch.ones(losses.shape[:2], device=losses.device) if valid is None
+                   else valid.to(losses.device, losses.dtype))
+        return (losses * weights.unsqueeze(-1)).sum() / (
+            weights.sum().clamp(min=1.0) * self.config.action_dim)
+
+
+register_policy("smolvla", SmolVLAPolicy, ("pixels",))
