@@ -167,3 +167,35 @@ def test_an_export_of_smolvla_is_refused_by_name():
     _, policy, _ = _policy()
     with pytest.raises(ValueError, match="action_head='flow': ONNX export covers token"):
         export_onnx(policy, {"task": "reach", "task_options": OPTIONS})
+
+
+def test_lora_trains_the_adapters_and_the_small_projections_only():
+    """With ``policy.lora_rank``: adapters start at B = 0 (the same actions as without them), the
+    backbone's and the expert's other weights are frozen, and an update moves the adapters."""
+    _, plain, obs = _policy()
+    cfg, policy, _ = _policy("policy.lora_rank=4", "algo.num_iterations=1",
+                             "algo.minibatch_size=4")
+    torch.testing.assert_close(policy.act(obs, deterministic=True)[1],
+                               plain.act(obs, deterministic=True)[1])
+    trainable = [n for n, p in policy.smolvla.named_parameters() if p.requires_grad]
+    assert any(".lora_A." in n for n in trainable)
+    assert all(".lora_" in n or "proj" in n or "action_time_mlp" in n for n in trainable)
+    embeddings = [p for n, p in policy.smolvla.named_parameters() if "embed_tokens" in n]
+    assert embeddings and not any(p.requires_grad for p in embeddings)
+    frozen = sum(p.numel() for p in policy.smolvla.parameters() if not p.requires_grad)
+    assert frozen > sum(p.numel() for p in policy.smolvla.parameters() if p.requires_grad)
+    env = tasks.make("reach", **OPTIONS)
+    env.reset(seed=0, options={"difficulty": 0.1})
+    jobs = [Job(env.snapshot(), 0, 0.1)] * 2 + [Job(env.snapshot(), 1, 0.1)] * 2
+    env.close()
+    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
+    with make_pool(cfg.algo.rollout, 1, spec) as pool:
+        rollout = pool.run(policy, jobs, 1.0, seed=(0, 1))
+    trainer = GroupTrainer(cfg, policy)
+    trainer.max_tokens = policy.max_units(9)
+    before = {n: p.detach().clone() for n, p in policy.smolvla.named_parameters()}
+    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
+    trainer.update(rollout, rewards, trainer.advantages(rollout, rewards), np.ones(2, bool))
+    moved = {n for n, p in policy.smolvla.named_parameters() if not torch.equal(before[n], p)}
+    assert any(".lora_B." in n for n in moved)
+    assert all(policy.smolvla.get_parameter(n).requires_grad for n in moved)

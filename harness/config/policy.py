@@ -323,6 +323,11 @@ class SmolVLAPolicyConfig(PolicyConfig):
         execute_steps: ``k <= H`` played per decision; ``null`` plays the whole chunk.
         flow_steps: ``K``, noisy denoising steps per decision.
         hidden: Width of the value head.
+        lora_rank: ``r`` of LoRA adapters on the backbone's and the expert's ``lora_targets``
+            (the rest of the network frozen but its small action and state projections); 0 (the
+            default) trains every weight.
+        lora_alpha: Their scale numerator (the update is ``alpha / rank * B A``).
+        lora_targets: Names of the adapted linear layers.
     """
 
     name: str = "smolvla"
@@ -332,6 +337,10 @@ class SmolVLAPolicyConfig(PolicyConfig):
     execute_steps: int | None = None
     flow_steps: int = 4
     hidden: int = 64
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                             "o_proj"])
 
     def __post_init__(self) -> None:
         from harness.policies.tokens import chunk_problem
@@ -342,6 +351,11 @@ class SmolVLAPolicyConfig(PolicyConfig):
         check(isinstance(self.flow_steps, int) and self.flow_steps >= 1,
               f"policy.flow_steps={self.flow_steps!r}; need an int >= 1 (denoising steps)")
         check(self.hidden >= 1, f"policy.hidden={self.hidden}; must be >= 1")
+        check(self.lora_rank >= 0 and self.lora_alpha > 0 and len(self.lora_targets) > 0
+              and "all-linear" not in self.lora_targets,
+              f"policy.lora_rank={self.lora_rank}, lora_alpha={self.lora_alpha}, lora_targets="
+              f"{list(self.lora_targets)}; need rank >= 0 (0: no adapters), alpha > 0 and named "
+              "layers (such as q_proj)")
         if self.model != "tiny:smolvla":
             from harness.policies.smolvla_folder import read_checkpoint
 
@@ -357,10 +371,12 @@ class SmolVLAPolicyConfig(PolicyConfig):
         from harness.policies import TokenPolicyConfig
 
         model = str(Path(self.model).resolve()) if Path(self.model).is_dir() else self.model
+        lora = {"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha,
+                "lora_targets": tuple(self.lora_targets)}
         return TokenPolicyConfig(
             kind="smolvla", use_instruction=self.use_instruction, model=model,
             chunk_size=self.chunk_size, execute_steps=self.execute_steps, action_head="flow",
-            flow_steps=self.flow_steps, hidden=self.hidden)
+            flow_steps=self.flow_steps, hidden=self.hidden, **lora)
 
 
 # The schema each ``conf/policy/*.yaml`` names in its defaults list (``/schema/policy@_here_: cnn``)

@@ -90,8 +90,27 @@ class SmolVLAPolicy(TokenPolicy):
             width = self.smolvla.config.vlm["text_config"]["hidden_size"]
             self.value_head = nn.Sequential(nn.Linear(width, config.hidden), nn.Tanh(),
                                             nn.Linear(config.hidden, 1))
+            if config.lora_rank > 0:
+                self._add_adapters()
         self.image_size = int(self.smolvla.config.policy["resize_imgs_with_padding"][0])
         self.use_instruction = config.use_instruction and "instruction" in self.obs_shapes
+
+    def _add_adapters(self) -> None:
+        """LoRA adapters (``peft``; B = 0, so the network starts as it was) on the backbone's
+        and the expert's ``lora_targets`` layers; every other weight of the network is frozen.
+        The flow's in/out projections, the state projection, the noise scales and the value
+        head stay trainable, as they are small and task-specific."""
+        from peft import LoraConfig, inject_adapter_in_model
+
+        config = self.config
+        inject_adapter_in_model(LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                                           lora_dropout=config.lora_dropout,
+                                           target_modules=list(config.lora_targets)),
+                                self.smolvla.model.vlm_with_expert)
+        trainable = ("lora_", "action_in_proj", "action_out_proj", "action_time_mlp",
+                     "state_proj")
+        for name, parameter in self.smolvla.named_parameters():
+            parameter.requires_grad_(any(key in name for key in trainable))
 
     # --- inputs -------------------------------------------------------------------------------
 
