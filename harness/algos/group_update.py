@@ -202,26 +202,12 @@ class GroupTrainer:
                         metrics.setdefault(key, []).append(float(value))
 
         result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
-        # Entropy and KL to the reference are diagnostics: a subsample of decisions is enough,
-        # and on pixels each evaluated frame costs as much as in the update itself. Both are
-        # means over the executed tokens.
-        with torch.no_grad():
-            source, counted = (kept_obs, kept_valid) if old_logp is not None else (obs, valid)
-            stride = max(1, len(next(iter(source.values()))) // DIAGNOSTIC_STEPS)
-            sample, counted = {k: v[::stride] for k, v in source.items()}, counted[::stride]
-            entropy = policy.entropy(sample, algo.temperature)
-            result["train/entropy"] = float(entropy[counted].mean())
-            if old_logp is not None:
-                # k3 estimate of KL(sampling policy || reference) on the sampled tokens
-                if ref_logp is None:
-                    ref_logp = self._log_probs(self.reference, sample, kept_tokens[::stride])
-                else:
-                    ref_logp = ref_logp[::stride]
-                kl_ref = float(kl_k3(old_logp[::stride], ref_logp)[counted].mean())
-            else:
-                kl_ref = float("nan")  # no group carried signal: nothing was evaluated
+        if old_logp is not None:
+            result.update(self._diagnostics(kept_obs, kept_valid, kept_tokens, old_logp,
+                                            ref_logp))
+        else:  # no group carried signal: nothing was evaluated, the KL is unknown
+            result.update(self._diagnostics(obs, valid))
         result.update({
-            "train/kl_to_reference": kl_ref,
             "train/advantage_mean": float(advantages.mean()),
             "train/advantage_std": float(advantages.std()) if len(advantages) > 1 else 0.0,
             "train/advantage_abs_max": float(advantages.abs().max()),
@@ -229,6 +215,25 @@ class GroupTrainer:
             "train/gradient_steps": float(len(metrics.get("loss", []))),
         })
         return result
+
+    @torch.no_grad()
+    def _diagnostics(self, obs, valid, tokens=None, old_logp=None, ref_logp=None
+                     ) -> dict[str, float]:
+        """``train/entropy`` and ``train/kl_to_reference`` (k3 estimate of KL(sampling policy ||
+        reference) on the sampled tokens; NaN without ``old_logp``), means over the executed
+        tokens of a subsample of decisions: they are diagnostics, and on pixels each evaluated
+        frame costs as much as in the update itself."""
+        stride = max(1, len(next(iter(obs.values()))) // DIAGNOSTIC_STEPS)
+        sample, counted = {k: v[::stride] for k, v in obs.items()}, valid[::stride]
+        entropy = self.policy.entropy(sample, self.algo.temperature)
+        kl_ref = float("nan")
+        if old_logp is not None:
+            if ref_logp is None:
+                ref_logp = self._log_probs(self.reference, sample, tokens[::stride])
+            else:
+                ref_logp = ref_logp[::stride]
+            kl_ref = float(kl_k3(old_logp[::stride], ref_logp)[counted].mean())
+        return {"train/entropy": float(entropy[counted].mean()), "train/kl_to_reference": kl_ref}
 
     def _with_image_features(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks;
