@@ -208,7 +208,7 @@ def interval_estimates(estimates: Mapping[str, tuple[float, float, float]],
                   color=colours[arm], markersize=4, markerfacecolor="white")
     axis.set_yticks(range(len(shown)), list(reversed(shown)), fontsize=8)
     axis.set_ylim(-0.6, len(shown) - 0.4)
-    if all(0.0 <= min(low, *points.get(arm, [])) and max(high, *points.get(arm, [])) <= 1.0
+    if all(0.0 <= min([low, *points.get(arm, [])]) and max([high, *points.get(arm, [])]) <= 1.0
            for arm, (_, low, high) in estimates.items()):
         axis.set_xlim(-0.02, 1.02)
     axis.set_xlabel(xlabel)

@@ -409,3 +409,84 @@ def test_bootstrap_interval_is_the_same_for_the_same_seed():
     second = report.stratified_bootstrap(scores, "iqm", 500, seed=3)
     assert np.random.rand() == expected_draw
     assert (first.low, first.high) == (second.low, second.high)
+
+
+def algo_sweep(root: Path, finals: dict[str, list[float]],
+               clocks: dict[str, float] | None = None) -> Path:
+    """A fake sweep ``-m algo=... seed=0,1,...``: ``finals[algo][seed]`` is each run's final
+    success, ``clocks[algo]`` its wall clock."""
+    job = 0
+    for algo, scores in finals.items():
+        for seed, final in enumerate(scores):
+            folder = write_run(root / f"{job}_algo={algo},seed={seed}", seed=seed, final=final,
+                               algo=algo, overrides=[f"algo={algo}", f"seed={seed}"],
+                               env_steps=1000 * (seed + 1))
+            if clocks:
+                summary = json.loads((folder / "summary.json").read_text())
+                summary["wall_clock_s"] = clocks[algo]
+                (folder / "summary.json").write_text(json.dumps(summary))
+            job += 1
+    return root
+
+
+def test_reference_section_shows_hand_computed_numbers(tmp_path):
+    # grpo is the reference by default. vla_ppo vs grpo per seed: 0.5-0.2, 0.1-0.3, 0.4-0.4 ->
+    # differences +0.3, -0.2, 0 (mean +0.0333); P(vla_ppo > grpo) over the 3 x 3 pairs:
+    # 0.5 beats all three (3); 0.1 beats none (0); 0.4 beats 0.2 and 0.3, ties 0.4 (2.5) -> 5.5/9.
+    # rloo ran seed 0 only: 0.9 - 0.2 = +0.7, beats every grpo run.
+    root = algo_sweep(tmp_path / "sweep", {"grpo": [0.2, 0.3, 0.4], "vla_ppo": [0.5, 0.1, 0.4],
+                                           "rloo": [0.9]},
+                      clocks={"grpo": 100.0, "vla_ppo": 150.0, "rloo": 50.0})
+    text = build_report(root, reps=REPS).read_text()
+    part = section(text, "Against the reference arm `algo=grpo`")
+    reference = rows_of(part, "`algo=grpo` (reference)")[0]
+    assert reference[5:] == ["2,000", "100", "1.00×"]  # median env steps of seeds 0-2: 2,000
+    ppo = rows_of(part, "`algo=vla_ppo`")[0]
+    assert ppo[1] == "3" and ppo[2].startswith(f"{5.5 / 9:.2f} [")
+    assert ppo[3].startswith("+0.033 [") and ppo[4] == "1 / 1 / 1"
+    assert ppo[5:] == ["2,000", "150", "1.50×"]
+    rloo = rows_of(part, "`algo=rloo`")[0]
+    assert rloo[2].startswith("1.00 [") and rloo[3] == "+0.700 [+0.700, +0.700]"
+    assert rloo[4] == "1 / 0 / 0" and rloo[7] == "0.50×"
+    assert (root / "plots" / "improvement_over_reference.png").stat().st_size > 0
+
+
+def test_reference_arm_is_chosen_or_refused_by_name(tmp_path, capsys):
+    root = algo_sweep(tmp_path / "sweep", {"rloo": [0.2, 0.3], "critic": [0.5, 0.1]})
+    text = build_report(root, reps=REPS).read_text()
+    assert "Against the reference arm" not in text  # no algo=grpo arm: no default reference
+    text = build_report(root, reps=REPS, reference="algo=rloo").read_text()
+    assert rows_of(section(text, "Against the reference arm `algo=rloo`"), "`algo=critic`")
+    with pytest.raises(ReportError, match=r"reference='algo=grpo' is not an arm.*algo=critic"):
+        build_report(root, reps=REPS, reference="algo=grpo")
+    from harness.apps.report import main
+
+    assert main([str(root), "--reference", "grpo"]) == 2
+    assert "reference='grpo' is not an arm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo"])
+@pytest.mark.parametrize(("experiment", "obs_mode", "policy"), [
+    ("algo_comparison", "pixels", "tiny_vla"), ("algo_comparison_state", "state", "mlp")])
+def test_algo_comparison_gives_every_algorithm_the_same_budget_and_start(algo, experiment,
+                                                                         obs_mode, policy):
+    config = harness_config.compose([f"+experiment={experiment}", f"algo={algo}", "seed=3"])
+    reference = harness_config.compose([f"+experiment={experiment}", "algo=grpo", "seed=3"])
+    assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
+        algo, "push", obs_mode, policy)
+    same = ("iterations", "group_size", "num_start_states", "learning_rate", "num_iterations",
+            "minibatch_size", "zero_signal", "bc_demos", "bc_epochs", "bc_noise", "demo_seed",
+            "start_states")
+    assert {k: getattr(config.algo, k) for k in same} == {
+        k: getattr(reference.algo, k) for k in same}
+    assert config.algo.zero_signal == "keep" and config.task.difficulty == 1.0
+
+
+@pytest.mark.parametrize("override", ["algo.bc_difficulty=1.0", "algo.bc_demos=0",
+                                      "policy.action_head=gaussian", "algo=vla_ppo"])
+def test_reach_diagnosis_changes_one_factor(override):
+    base = harness_config.compose(["+experiment=reach_diagnosis"])
+    config = harness_config.compose(["+experiment=reach_diagnosis", override])
+    assert (base.task.name, base.curriculum.name, base.algo.name, base.algo.iterations) == (
+        "reach", "fixed", "grpo", 125)
+    assert (config.algo.iterations, config.algo.learning_rate) == (125, base.algo.learning_rate)

@@ -25,12 +25,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="pool runs of different tasks (with a warning) instead of failing")
     parser.add_argument("--metric", default="success_rate",
                         help="summary.json key of final held-out performance")
+    parser.add_argument("--reference", default=None,
+                        help="the arm every other arm is compared with, as the report names it "
+                             "(e.g. algo=grpo, the default when the sweep has that arm)")
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap replicates")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
         report = build_report(args.multirun_dir, args.out, metric=args.metric,
-                              allow_mixed_tasks=args.allow_mixed_tasks, reps=args.reps)
+                              allow_mixed_tasks=args.allow_mixed_tasks, reps=args.reps,
+                              reference=args.reference)
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -6,6 +6,9 @@
 * final held-out success: the interquartile mean (IQM) over runs of ``summary.json``'s
   ``success_rate``, with a 95% stratified bootstrap interval (Agarwal et al., 2021, "Deep RL at
   the Edge of the Statistical Precipice", through ``rliable``);
+* against a reference arm (``algo=grpo`` by default): the probability of improvement over it,
+  the paired difference over shared seeds, env steps and wall clock
+  (:mod:`harness.report.reference`);
 * learning curves of held-out (``eval/`` then ``final/``) and training (``rollout/``) success
   against environment steps: the mean over seeds on a common step grid, banded by min-max;
 * for group runs, the start policy and the final policy on the same test seeds, greedy and
@@ -64,6 +67,7 @@ from harness.report.reading import (
     scan_runs,
     training_curve,
 )
+from harness.report.reference import DEFAULT_REFERENCE, pick_reference, reference_section
 from harness.report.sections import (
     BUDGET_TOLERANCE,
     MIN_RELIABLE_RUNS,
@@ -94,12 +98,14 @@ from harness.report.statistics import (
 from harness_common.files import atomic_write_text
 
 __all__ = [
-    "BUDGET_TOLERANCE", "CONFIDENCE", "CURRICULUM_SIGNAL_KEY", "CURVE_POINTS", "DEFAULT_REPS",
+    "BUDGET_TOLERANCE", "CONFIDENCE", "CURRICULUM_SIGNAL_KEY", "CURVE_POINTS", "DEFAULT_REFERENCE",
+    "DEFAULT_REPS",
     "MIN_RELIABLE_RUNS", "OLD_SIGNAL_KEY", "SEED_KEY", "SIGNAL_KEY", "STATISTICS", "TASK_KEYS",
     "THRESHOLDS", "Band", "Estimate", "ReportError", "RunRecord", "SkippedRun",
     "band_across_runs", "build_report", "detector_rates", "first_step_reaching",
     "held_out_curve", "informative_fraction", "interquartile_mean", "load_runs",
-    "median_steps", "probability_of_improvement", "scan_runs", "stratified_bootstrap",
+    "median_steps", "pick_reference", "probability_of_improvement", "reference_section",
+    "scan_runs", "stratified_bootstrap",
     "training_curve",
 ]
 
@@ -108,7 +114,7 @@ log = logging.getLogger(__name__)
 
 def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
                  metric: str = "success_rate", allow_mixed_tasks: bool = False,
-                 reps: int = DEFAULT_REPS, seed: int = 0) -> Path:
+                 reps: int = DEFAULT_REPS, seed: int = 0, reference: str | None = None) -> Path:
     """Write ``report.md`` and ``plots/*.png`` for the runs below ``multirun_dir``.
 
     Args:
@@ -120,13 +126,17 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
             warning, instead of raising.
         reps: Bootstrap replicates.
         seed: Seed of the bootstrap.
+        reference: The arm every other arm is compared with (probability of improvement,
+            paired difference over seeds, env steps and wall clock); ``None`` picks
+            ``algo=grpo`` when the sweep has that arm, and otherwise leaves the section out.
 
     Returns:
         The path of ``report.md``.
 
     Raises:
         ReportError: No reportable run (the reasons of the skipped folders are listed), or runs
-            of several tasks without ``allow_mixed_tasks``.
+            of several tasks without ``allow_mixed_tasks``, or a ``reference`` that is not
+            an arm.
     """
     from harness_common import plots
 
@@ -155,6 +165,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
     arms: dict[str, Arm] = {}
     for run in runs:
         arms.setdefault(run.arm, Arm(run.arm)).runs.append(run)
+    pick_reference(arms, reference)  # a bad name fails before anything is written
     found += budget_warnings(arms)
     for message in found:
         log.warning("%s", message)
@@ -167,6 +178,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         lines += [f"> **Warning:** {message}  " for message in found] + [""]
     lines += overview(root, runs, arms, metric)
     lines += final_section(arms, metric, reps, seed, out, plots, names)
+    lines += reference_section(arms, reference, metric, reps, seed, out, plots)
     if metric == "success_rate":
         lines += before_after_section(arms, reps, seed, out, plots)
     lines += curves_section(arms, metric, out, plots, names)
