@@ -1,14 +1,17 @@
-"""Run an exported token policy in the simulator through onnxruntime alone, without torch.
+"""Run an exported policy in the simulator through onnxruntime alone, without torch.
 
 An exported policy (``scripts/export_policy.py``, :mod:`harness.export`) is one ONNX graph from
-the raw observation arrays the env returns, each with a leading batch axis, to ``logits``
-``(B, action_dim, num_bins)``, the greedy ``tokens`` ``(B, action_dim)`` and their bin-centre
-``actions``; the preprocessing is inside the graph. Its ``metadata_props`` hold, under
-:data:`METADATA_KEY`, a JSON record of what deploying it needs: the task and its options, the
-graph inputs with their shapes and dtypes, ``num_bins``, ``action_dim`` and the bin-centre rule,
-the source checkpoint's SHA-256 and the export date. A policy with action chunks declares
-``chunk_size`` (its ``actions`` are ``(B, chunk_size, action_dim)``) and ``execute_steps``: each
-decision plays that many actions before the graph sees the next observation.
+the raw observation arrays the env returns, each with a leading batch axis, to greedy
+``actions``; the preprocessing is inside the graph. A token policy's graph also gives its
+``logits`` ``(B, action_dim, num_bins)`` and greedy ``tokens`` ``(B, action_dim)``, whose bin
+centres are the actions; a continuous head's (``gaussian``, ``flow``) gives the actions alone,
+its deterministic decode. Its ``metadata_props`` hold, under :data:`METADATA_KEY`, a JSON record
+of what deploying it needs: the task and its options, the graph inputs with their shapes and
+dtypes, the ``action_head`` (files from before heads hold tokens), ``action_dim``, ``num_bins``
+and the bin-centre rule of tokens, the source checkpoint's SHA-256 and the export date. A policy
+with action chunks declares ``chunk_size`` (its ``actions`` are ``(B, chunk_size,
+action_dim)``) and ``execute_steps``: each decision plays that many actions before the graph
+sees the next observation.
 
 Nothing here imports torch (``tests/test_export.py`` checks it on ``scripts/deploy_policy.py``),
 so this is the whole inference side a robot computer needs besides ``tasks`` for simulation.
@@ -32,7 +35,9 @@ from harness.evaluation import EvaluationResult, evaluate
 
 METADATA_KEY = "vla_rl_harness"
 EXPORT_FORMAT = 1
-OUTPUTS = ("logits", "tokens", "actions")
+OUTPUTS = ("logits", "tokens", "actions")  # of a token policy's graph
+CONTINUOUS_OUTPUTS = ("actions",)  # of a continuous head's graph
+ACTION_HEADS = ("tokens", "gaussian", "flow")  # harness.policies.tokens.HEAD_KINDS, torch-free
 BIN_CENTRES_RULE = "action = -1 + 2 * token / (num_bins - 1)"
 
 
@@ -84,7 +89,10 @@ def check_record(info: dict[str, Any], path: Path) -> None:
         refuse("exported_at", info.get("exported_at"), "the export date")
     if not integer(info.get("action_dim"), 1, MAX_ACTION_DIM):
         refuse("action_dim", info.get("action_dim"), f"an integer in [1, {MAX_ACTION_DIM}]")
-    if not integer(info.get("num_bins"), 2, MAX_BINS):
+    head = info.get("action_head", "tokens")  # exports from before heads are token policies
+    if head not in ACTION_HEADS:
+        refuse("action_head", head, f"one of {ACTION_HEADS}")
+    if head == "tokens" and not integer(info.get("num_bins"), 2, MAX_BINS):
         refuse("num_bins", info.get("num_bins"), f"an integer in [2, {MAX_BINS}]")
     chunk = info.get("chunk_size", 1)  # exports from before action chunks hold one action
     if not integer(chunk, 1, MAX_EPISODE_STEPS):
@@ -139,8 +147,10 @@ def check_graph(session: ort.InferenceSession, inputs: dict[str, tuple[tuple[int
 
 
 class ExportedPolicy:
-    """An exported token policy in an onnxruntime session: task observation dict -> greedy
-    action (or the ``execute_steps`` actions of a chunk), timing every call.
+    """An exported policy in an onnxruntime session: task observation dict -> greedy action (or
+    the ``execute_steps`` actions of a chunk), timing every call. Its :attr:`action_head` says
+    what the graph decodes: ``tokens`` (bin centres of the greedy tokens), ``gaussian`` (the
+    squashed mean) or ``flow`` (the noiseless Euler steps from zero); all give ``actions``.
 
     Args:
         path: The ``.onnx`` file.
@@ -184,6 +194,7 @@ class ExportedPolicy:
         self.inputs = {entry["name"]: (tuple(entry["shape"]), np.dtype(entry["dtype"]))
                        for entry in self.info["inputs"]}
         self.action_dim = self.info["action_dim"]
+        self.action_head: str = self.info.get("action_head", "tokens")
         self.chunk_size = self.info.get("chunk_size", 1)
         self.execute_steps = self.info.get("execute_steps", self.chunk_size)
         check_graph(self.session, self.inputs, self.action_dim, path, self.chunk_size)

@@ -1,4 +1,4 @@
-"""Token policies to ONNX: one graph from the raw observation arrays to logits and greedy actions.
+"""Policies to ONNX: one graph from the raw observation arrays to greedy actions.
 
 The graph takes exactly what the env returns, each array with a leading batch axis of any size:
 ``pixels`` uint8 ``(B, H, W, 3)``, ``state`` / ``proprio`` float32, ``instruction`` int64 token
@@ -11,6 +11,13 @@ arrays and reads ``actions``; :mod:`harness.deploy` does so without torch. A pol
 chunks (``chunk_size = H > 1``) gives the whole chunk: ``logits`` ``(B, H * action_dim,
 num_bins)``, ``tokens`` ``(B, H * action_dim)`` and ``actions`` ``(B, H, action_dim)``; the
 record's ``execute_steps`` says how many of them the deploy side plays per decision.
+
+A continuous action head (``policy.action_head=gaussian|flow``) gives ``actions`` alone, the
+torch policy's greedy decode traced as it is (:meth:`ActionHead.greedy
+<harness.policies.head_base.ActionHead.greedy>`): ``tanh`` of the Gaussian's mean chunk, or the
+flow's ``K`` noiseless Euler steps from ``x_0 = 0`` (unrolled, ``K`` fixed), clipped to
+``[-1, 1]``. The record names the head and its rule (:data:`GREEDY_RULES`); the parity check
+compares these float actions within the tolerance, where tokens compare an exact arg-max.
 
 Exporter: ``torch.onnx.export(..., dynamo=False)``, the TorchScript tracer, at opset
 :data:`OPSET`. The ``torch.export``-based exporter that torch 2.9+ uses by default needs the
@@ -40,6 +47,7 @@ from torch import nn
 
 from harness.deploy import (
     BIN_CENTRES_RULE,
+    CONTINUOUS_OUTPUTS,
     EXPORT_FORMAT,
     METADATA_KEY,
     OUTPUTS,
@@ -49,6 +57,29 @@ from harness.policies import MLPTokenPolicy, TinyVLA, TokenPolicy, obs_to_batch,
 
 OPSET = 17
 _TORCH_DTYPES = {"uint8": torch.uint8, "int64": torch.int64, "float32": torch.float32}
+# What the graph of each continuous head computes from the policy's features f (the record's
+# greedy_rule); a token policy's is BIN_CENTRES_RULE on its greedy tokens.
+GREEDY_RULES = {
+    "gaussian": "actions = tanh(mean(f)), the squashed mean of the Gaussian over the chunk",
+    "flow": "x_0 = 0; x_(k+1) = x_k + v(x_k, k / K, f) / K for k = 0 .. K-1 (K = flow_steps); "
+            "actions = clip(x_K, -1, 1)",
+}
+
+
+def exportable_head(policy: TokenPolicy) -> str:
+    """``policy``'s action head, if this module can export it: any head of the ``mlp`` and
+    ``tiny_vla`` policies (token policies of other classes are refused by :func:`input_keys`).
+
+    Raises:
+        ValueError: A continuous head on another policy kind (``smolvla``'s flow expert),
+            naming the kind and the head.
+    """
+    head = getattr(policy.config, "action_head", "tokens")
+    if head != "tokens" and not isinstance(policy, (MLPTokenPolicy, TinyVLA)):
+        raise ValueError(f"policy.kind={policy.config.kind!r}, policy.action_head={head!r}: "
+                         "ONNX export covers tokens, gaussian and flow heads on the mlp and "
+                         "tiny_vla policies only; export a policy of kind 'mlp' or 'tiny_vla'")
+    return head
 
 
 def input_keys(policy: TokenPolicy) -> tuple[str, ...]:
@@ -109,7 +140,7 @@ def _fixed_pools(policy: TokenPolicy, example: Mapping[str, torch.Tensor]) -> To
         lambda _, args, name=name: sizes.__setitem__(name, tuple(args[0].shape[-2:])))
         for name, module in policy.named_modules() if isinstance(module, nn.AdaptiveAvgPool2d)]
     with torch.no_grad():
-        policy.logits(example)
+        policy.features(example)
     for hook in hooks:
         hook.remove()
     for name, size in sizes.items():
@@ -137,6 +168,23 @@ class GreedyGraph(nn.Module):
         return logits, tokens, actions
 
 
+class GreedyActionGraph(nn.Module):
+    """Raw observation arrays, positionally in ``keys`` order -> the greedy ``actions`` of a
+    continuous head, ``(B, action_dim)``, or ``(B, chunk_size, action_dim)`` for a chunk."""
+
+    def __init__(self, policy: TokenPolicy, keys: Sequence[str]) -> None:
+        super().__init__()
+        self.policy = policy
+        self.keys = tuple(keys)
+
+    def forward(self, *arrays: torch.Tensor) -> torch.Tensor:
+        features = self.policy.features(dict(zip(self.keys, arrays, strict=True)))
+        actions = self.policy.head.greedy(features)  # (B, chunk_size, action_dim)
+        if self.policy.config.chunk_size == 1:  # one action: (B, action_dim), as tokens give
+            actions = actions.view(-1, self.policy.config.action_dim)
+        return actions
+
+
 def export_onnx(
     policy: TokenPolicy,
     record: Mapping[str, Any],
@@ -152,26 +200,25 @@ def export_onnx(
             ``evaluation`` (the run's evaluation seed and difficulties).
         observations: Raw env observations on which the graph must reproduce the policy
             (:func:`compare_with_torch`); none skips the check.
-        tolerance: Largest absolute logit difference allowed; greedy tokens must be equal.
+        tolerance: Largest absolute logit difference allowed, greedy tokens being equal; with
+            a continuous head, largest absolute action difference.
 
     Returns:
         ``(model bytes, full record)``: ``record`` plus the graph inputs (shape without the batch
-        axis, dtype), outputs, ``num_bins``, ``action_dim``, ``chunk_size`` and
-        ``execute_steps`` (actions per decision, and played per decision), the bin centres and
-        their rule, the policy config, the exporter, the parity check and the export date (UTC).
+        axis, dtype), the ``action_head``, outputs, ``action_dim``, ``chunk_size`` and
+        ``execute_steps`` (actions per decision, and played per decision), for tokens
+        ``num_bins``, the bin centres and their rule, for a continuous head its
+        ``greedy_rule``, the policy config, the exporter, the parity check and the export
+        date (UTC).
 
     Raises:
         TypeError: A policy class that cannot be exported.
-        ValueError: A continuous action head (the deploy contract is greedy tokens and their
-            bin centres), ``record`` lacks ``task`` or ``task_options``, the exporter fails on a
-            layer, or the graph does not reproduce the policy within ``tolerance`` (the
-            message gives the figures).
+        ValueError: A continuous head on a policy other than ``mlp`` and ``tiny_vla``,
+            ``record`` lacks ``task`` or ``task_options``, the exporter fails on a layer, or
+            the graph does not reproduce the policy within ``tolerance`` (the message gives the
+            figures).
     """
-    head = getattr(policy.config, "action_head", "tokens")
-    if head != "tokens":
-        raise ValueError(f"policy.action_head={head!r}: ONNX export covers token policies (the "
-                         "deploy side reads greedy tokens and their bin centres); export a "
-                         "policy with action_head='tokens'")
+    head = exportable_head(policy)
     missing = [key for key in ("task", "task_options") if key not in record]
     if missing:
         raise ValueError(f"the export record lacks {missing}; the deploy side needs the task")
@@ -181,44 +228,72 @@ def export_onnx(
     example = tuple(torch.zeros((1, *entry["shape"]), dtype=_TORCH_DTYPES[entry["dtype"]])
                     for entry in inputs)
     copied = copy.deepcopy(policy).cpu().eval()
-    module = GreedyGraph(_fixed_pools(copied, dict(zip(keys, example, strict=True))), keys)
-    traced = _trace(module, example, keys, policy.config.kind)
+    copied = _fixed_pools(copied, dict(zip(keys, example, strict=True)))
+    module = GreedyGraph(copied, keys) if head == "tokens" else GreedyActionGraph(copied, keys)
+    outputs = OUTPUTS if head == "tokens" else CONTINUOUS_OUTPUTS
+    traced = _trace(module, example, keys, policy.config.kind, outputs)
     model = onnx.load_from_string(traced)
     onnx.checker.check_model(model)
     parity = compare_with_torch(traced, policy, observations) if observations else None
-    if parity is not None and (parity["max_abs_logit_diff"] > tolerance
-                               or parity["token_mismatches"] or parity["action_mismatches"]):
-        raise ValueError(f"the ONNX graph does not reproduce the {policy.config.kind} policy: "
-                         f"{parity} (tolerance {tolerance} on logits; no greedy token or action "
-                         "may differ)")
+    if parity is not None:
+        _check_parity(parity, tolerance, policy.config.kind, head)
     config = policy.config
     full = {
         "format": EXPORT_FORMAT,
         **record,
         "policy": asdict(config),
         "inputs": inputs,
-        "outputs": list(OUTPUTS),
-        "num_bins": config.num_bins,
-        "action_dim": config.action_dim,
-        "chunk_size": config.chunk_size,
-        "execute_steps": config.steps_per_decision,
-        "bin_centres_rule": BIN_CENTRES_RULE,
-        "bin_centres": np.linspace(-1.0, 1.0, config.num_bins).tolist(),
+        "action_head": head,
+        "outputs": list(outputs),
+        **_action_record(policy),
         "exporter": {"torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET,
                      "method": "torch.onnx.export(dynamo=False)"},
         "parity": None if parity is None else {**parity, "tolerance": tolerance},
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(full)})
-    model.doc_string = (f"{config.kind} token policy for task {record['task']!r}: raw observation"
-                        f" arrays -> logits, greedy tokens, actions; see the {METADATA_KEY!r}"
-                        " metadata")
+    what = "logits, greedy tokens, actions" if head == "tokens" else "greedy actions"
+    model.doc_string = (f"{config.kind} {'token' if head == 'tokens' else head} policy for task "
+                        f"{record['task']!r}: raw observation arrays -> {what}; see the "
+                        f"{METADATA_KEY!r} metadata")
     return model.SerializeToString(), full
 
 
+def _action_record(policy: TokenPolicy) -> dict[str, Any]:
+    """The record's fields on the actions: sizes, and the bins of tokens or the greedy rule of
+    a continuous head."""
+    config = policy.config
+    sizes = {"action_dim": config.action_dim, "chunk_size": config.chunk_size,
+             "execute_steps": config.steps_per_decision}
+    if policy.continuous:
+        return {**sizes, "greedy_rule": GREEDY_RULES[config.action_head]}
+    return {"num_bins": config.num_bins, **sizes, "bin_centres_rule": BIN_CENTRES_RULE,
+            "bin_centres": np.linspace(-1.0, 1.0, config.num_bins).tolist()}
+
+
+def _check_parity(parity: Mapping[str, Any], tolerance: float, kind: str, head: str) -> None:
+    """Refuse a graph that does not reproduce the torch policy (see :func:`compare_with_torch`).
+
+    Raises:
+        ValueError: Tokens: a logit difference above ``tolerance``, or any greedy token or
+            action that differs; a continuous head: an action difference above ``tolerance``.
+            The message gives the figures.
+    """
+    if head == "tokens":
+        if (parity["max_abs_logit_diff"] > tolerance or parity["token_mismatches"]
+                or parity["action_mismatches"]):
+            raise ValueError(f"the ONNX graph does not reproduce the {kind} policy: "
+                             f"{parity} (tolerance {tolerance} on logits; no greedy token or "
+                             "action may differ)")
+    elif not parity["max_abs_action_diff"] <= tolerance:  # a NaN fails too
+        raise ValueError(f"the ONNX graph does not reproduce the {kind} policy's {head} head: "
+                         f"{parity} (tolerance {tolerance} on greedy actions)")
+
+
 def _trace(module: nn.Module, example: tuple[torch.Tensor, ...], keys: Sequence[str],
-           kind: str) -> bytes:
-    """The ONNX bytes of ``module`` traced on ``example``, every axis 0 a dynamic batch.
+           kind: str, outputs: Sequence[str] = OUTPUTS) -> bytes:
+    """The ONNX bytes of ``module`` traced on ``example``, every axis 0 a dynamic batch, its
+    outputs named ``outputs``.
 
     Raises:
         ValueError: The exporter fails on a layer of the ``kind`` policy.
@@ -231,8 +306,8 @@ def _trace(module: nn.Module, example: tuple[torch.Tensor, ...], keys: Sequence[
             warnings.simplefilter("ignore", category)
         try:
             torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
-                              input_names=list(keys), output_names=list(OUTPUTS),
-                              dynamic_axes={name: {0: "batch"} for name in (*keys, *OUTPUTS)})
+                              input_names=list(keys), output_names=list(outputs),
+                              dynamic_axes={name: {0: "batch"} for name in (*keys, *outputs)})
         except RuntimeError as error:  # torch.onnx's errors, SymbolicValueError included
             raise ValueError(f"torch.onnx.export cannot export this {kind} policy: "
                              f"{error}") from error
@@ -251,16 +326,24 @@ def compare_with_torch(model: bytes, policy: TokenPolicy,
     Returns:
         ``observations`` (the count), ``max_abs_logit_diff``, and ``token_mismatches`` and
         ``action_mismatches``: greedy tokens, and their actions, that differ from the torch
-        policy's greedy :meth:`~harness.policies.TokenPolicy.act`, over all dimensions.
+        policy's greedy :meth:`~harness.policies.TokenPolicy.act`, over all dimensions. With a
+        continuous head: ``observations`` and ``max_abs_action_diff``, the largest absolute
+        difference from the greedy actions of ``act``.
     """
     policy = copy.deepcopy(policy).cpu().eval()
     batch = obs_to_batch(list(observations))
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feeds = {key: batch[key].numpy() for key in input_keys(policy)}
+    if policy.continuous:
+        with torch.no_grad():
+            _, expected_actions = policy.act(batch, deterministic=True)
+        (actions,) = session.run(list(CONTINUOUS_OUTPUTS), feeds)
+        difference = np.abs(actions - expected_actions.numpy().reshape(actions.shape))
+        return {"observations": len(observations), "max_abs_action_diff": float(difference.max())}
     with torch.no_grad():
         expected = policy.logits(batch)
         expected_tokens, expected_actions = policy.act(batch, deterministic=True)
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    logits, tokens, actions = session.run(
-        list(OUTPUTS), {key: batch[key].numpy() for key in input_keys(policy)})
+    logits, tokens, actions = session.run(list(OUTPUTS), feeds)
     return {"observations": len(observations),
             "max_abs_logit_diff": float(np.abs(logits - expected.numpy()).max()),
             "token_mismatches": int((tokens != expected_tokens.numpy()).sum()),

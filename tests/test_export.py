@@ -1,7 +1,9 @@
 """Exported policies: the ONNX graph of a group-trainer run gives the torch policy's logits and
 greedy actions on real env observations, carries what deploying it needs, and plays in the
 simulator through onnxruntime in a process that never imports torch; bad inputs are refused by
-name. Real components throughout: two tiny group-trainer runs (MLP on state, TinyVLA on 32 px)."""
+name. Real components throughout: two tiny group-trainer runs (MLP on state, TinyVLA on 32 px),
+and two with continuous action heads (MLP, gaussian and flow), whose graphs give the torch
+policy's greedy actions."""
 
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ import tasks
 from harness import config as harness_config
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
-from harness.deploy import ExportedPolicy, deploy
-from harness.export import WindowAveragePool, export_onnx, sample_observations
+from harness.deploy import ACTION_HEADS, METADATA_KEY, ExportedPolicy, deploy
+from harness.export import GREEDY_RULES, WindowAveragePool, export_onnx, sample_observations
 from harness.policies import TokenPolicyConfig, obs_to_batch, tokens_to_actions
 from harness.policies import make as make_policy
+from harness.policies.tokens import HEAD_KINDS
 from harness.runs import resolve_checkpoint, write_checkpoint
 from harness_common.files import read_metrics, sha256_of
 
@@ -281,3 +284,141 @@ def test_deploy_refuses_bad_models_and_tasks_by_name(runs, tmp_path, capsys):
         model, "+task_options.max_episode_steps=100")
     assert "unknown task 'nope'" in refused(model, "task_name=nope")
     assert "difficulties=[2.0]" in refused(model, "difficulties=[2.0]")
+
+
+# --- continuous action heads ------------------------------------------------------------------
+HEAD_RUNS = {  # one action per decision for the Gaussian, a chunk of 3 playing 2 for the flow
+    "gaussian": ["policy.action_head=gaussian"],
+    "flow": ["policy.action_head=flow", "policy.flow_steps=3", "policy.chunk_size=3",
+             "policy.execute_steps=2"],
+}
+ACTION_TOLERANCE = 1e-5  # float32 rounding of tanh and of the Euler steps; measured below 1e-7
+
+
+@pytest.fixture(scope="module")
+def head_runs(tmp_path_factory) -> dict[str, Path]:
+    """One tiny group-trainer MLP run per continuous head, exported by the app to
+    ``<run>.onnx``."""
+    folder = tmp_path_factory.mktemp("heads")
+    for head, overrides in HEAD_RUNS.items():
+        trainers.train(harness_config.compose([*TINY, *POLICIES["mlp"], *overrides]),
+                       folder / head)
+        assert export(folder, f"checkpoint={folder / head}", f"out={folder / head}.onnx") == 0
+    return {head: folder / head for head in HEAD_RUNS}
+
+
+@pytest.mark.parametrize("head", HEAD_RUNS)
+def test_a_continuous_head_graph_gives_the_torch_greedy_actions(head_runs, head):
+    """On real episodes of the torch policy: the whole chunk as one batch, and the played
+    ``execute_steps`` one observation at a time through the deploy side."""
+    policy, _, metadata = export_app.load_token_policy(str(head_runs[head]))
+    assert policy.config.action_head == head
+    env = tasks.make(metadata["task"], **metadata["task_options"])
+    observations = greedy_observations(policy, env)
+    session = ort.InferenceSession(f"{head_runs[head]}.onnx", providers=["CPUExecutionProvider"])
+    assert [node.name for node in session.get_outputs()] == ["actions"]
+    batch = obs_to_batch(observations)
+    (actions,) = session.run(["actions"], {node.name: batch[node.name].numpy()
+                                           for node in session.get_inputs()})
+    with torch.no_grad():
+        _, expected = policy.act(batch, deterministic=True)  # (B, chunk_size, action_dim)
+    chunk, played = policy.config.chunk_size, policy.config.steps_per_decision
+    expected = expected.numpy() if chunk > 1 else expected[:, 0].numpy()
+    assert actions.shape == expected.shape and np.abs(actions).max() <= 1.0
+    np.testing.assert_allclose(actions, expected, rtol=0, atol=ACTION_TOLERANCE)
+    exported = ExportedPolicy(f"{head_runs[head]}.onnx")
+    assert exported.action_head == head
+    for obs, action in zip(observations, expected, strict=True):
+        np.testing.assert_allclose(exported(obs), action if chunk == 1 else action[:played],
+                                   rtol=0, atol=ACTION_TOLERANCE)
+
+
+@pytest.mark.parametrize("head", HEAD_RUNS)
+def test_a_continuous_head_file_says_its_head_and_rule(head_runs, head):
+    info = ExportedPolicy(f"{head_runs[head]}.onnx").info
+    assert info["action_head"] == info["policy"]["action_head"] == head
+    assert info["outputs"] == ["actions"]
+    assert info["greedy_rule"] == GREEDY_RULES[head]
+    assert not {"num_bins", "bin_centres", "bin_centres_rule"} & set(info)
+    assert (info["chunk_size"], info["execute_steps"]) == ((1, 1) if head == "gaussian"
+                                                           else (3, 2))
+    assert info["parity"]["observations"] == 32
+    assert info["parity"]["max_abs_action_diff"] <= info["parity"]["tolerance"] == 1e-4
+
+
+def test_a_token_policy_file_names_its_head():
+    env = tasks.make("reach")
+    policy = make_policy(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    _, info = export_onnx(policy, {"task": "reach", "task_options": {}})
+    assert info["action_head"] == "tokens" and info["outputs"] == ["logits", "tokens", "actions"]
+    assert info["num_bins"] == 11 and "greedy_rule" not in info
+
+
+@pytest.mark.parametrize("head", HEAD_RUNS)
+def test_deployment_of_a_continuous_head_plays_the_episodes_evaluate_plays(head_runs, head):
+    expected, _ = evaluate_checkpoint(head_runs[head], episodes=3)
+    result = deploy(ExportedPolicy(f"{head_runs[head]}.onnx"), episodes=3)
+    assert [(e.seed, e.success, e.length) for e in result.evaluation.episodes] == [
+        (e.seed, e.success, e.length) for e in expected.episodes]
+    assert [e.episode_return for e in result.evaluation.episodes] == pytest.approx(
+        [e.episode_return for e in expected.episodes], abs=1e-4)
+    played = 1 if head == "gaussian" else 2
+    assert len(result.inference_s) == sum(-(-e.length // played) for e in expected.episodes)
+
+
+def test_deploy_policy_plays_a_flow_graph(head_runs, tmp_path, capsys):
+    output = tmp_path / "deploy.json"
+    assert deploy_app.main([f"model={head_runs['flow']}.onnx", "episodes=2", f"output={output}",
+                            f"hydra.run.dir={tmp_path / 'hydra'}", *HYDRA_QUIET]) == 0
+    printed = capsys.readouterr().out
+    assert "(mlp, flow head," in printed and "per decision of 2 steps" in printed
+    written = json.loads(output.read_text())
+    assert written["episodes"] == 2 and written["inference_ms"]["p50"] > 0
+
+
+@pytest.mark.parametrize("head", HEAD_RUNS)
+def test_a_tiny_vla_with_a_continuous_head_exports(head, tmp_path):
+    """Random weights on 32 px pixels, instruction and proprio: the graph reproduces the greedy
+    actions on real observations and plays through the deploy side."""
+    env = tasks.make("reach", obs_mode="pixels", image_size=32, max_episode_steps=4)
+    torch.manual_seed(0)
+    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
+                                           action_head=head, chunk_size=2, flow_steps=2),
+                         env.observation_space)
+    with torch.no_grad():  # outputs from -3 to 3: the flow's clip and tanh's saturation act
+        last = policy.head.velocity[-1] if head == "flow" else policy.head.mean
+        last.bias.copy_(torch.linspace(-3.0, 3.0, last.bias.numel()))
+    model, info = export_onnx(policy, {"task": "reach", "task_options": {"obs_mode": "pixels",
+                                       "image_size": 32, "max_episode_steps": 4}},
+                              sample_observations(env, 16))
+    assert info["parity"]["max_abs_action_diff"] <= ACTION_TOLERANCE
+    (tmp_path / "vla.onnx").write_bytes(model)
+    obs, _ = env.reset(seed=1)
+    with torch.no_grad():
+        _, expected = policy.eval().act(obs_to_batch(obs), deterministic=True)
+    actions = ExportedPolicy(tmp_path / "vla.onnx")(obs)
+    np.testing.assert_allclose(actions, expected[0].numpy(), rtol=0, atol=ACTION_TOLERANCE)
+    assert (np.abs(actions).max() == 1.0) == (head == "flow") and np.abs(actions).max() > 0.99
+
+
+def test_a_continuous_head_export_that_does_not_reproduce_the_policy_is_refused(
+        head_runs, tmp_path, monkeypatch, capsys):
+    import harness.export
+
+    out = tmp_path / "flow.onnx"
+    monkeypatch.setattr(harness.export, "compare_with_torch", lambda *args: {
+        "observations": 32, "max_abs_action_diff": float("nan")})
+    assert export(tmp_path, f"checkpoint={head_runs['flow']}", f"out={out}") == 1
+    assert "does not reproduce the mlp policy's flow head" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_crafted_action_head_is_refused_by_field(head_runs, tmp_path):
+    model = onnx.load(f"{head_runs['gaussian']}.onnx")
+    info = json.loads({prop.key: prop.value for prop in model.metadata_props}[METADATA_KEY])
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps({**info,
+                                                                  "action_head": "beta"})})
+    onnx.save(model, tmp_path / "crafted.onnx")
+    with pytest.raises(ValueError, match="crafted.onnx.*action_head='beta'"):
+        ExportedPolicy(tmp_path / "crafted.onnx")
+    assert ACTION_HEADS == HEAD_KINDS  # the deploy side's torch-free copy

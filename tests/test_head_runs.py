@@ -216,11 +216,8 @@ def test_settings_a_head_cannot_take_are_refused_by_name():
         TokenPolicyConfig(kind="hf_vla", action_head="flow")
 
 
-def test_an_export_of_a_continuous_head_is_refused_by_name():
-    from harness.export import export_onnx
-
+def test_a_continuous_head_has_no_token_logits():
+    """Its ONNX export gives greedy actions instead (``tests/test_export.py``)."""
     _, policy, _ = _policy_and_jobs("gaussian", groups=1)
-    with pytest.raises(ValueError, match="action_head='gaussian': ONNX export covers token"):
-        export_onnx(policy, {"task": "reach", "task_options": OPTIONS})
     with pytest.raises(TypeError, match="no token logits"):
         policy.logits(obs_to_batch([tasks.make("reach", **OPTIONS).reset(seed=0)[0]]))

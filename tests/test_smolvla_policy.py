@@ -2,11 +2,17 @@
 the group trainer, on real pixel reach environments. A sampled chain scores its own density,
 greedy actions are SmolVLA's own sampler from zero noise, rollout modes agree, a run clones,
 trains, saves and resumes to the uninterrupted run, and bad settings are refused by name before
-the run folder exists."""
+the run folder exists. bfloat16 weights and gradient checkpointing keep the numbers that must
+stay, and a fine-tuned LoRA run writes back as a LeRobot folder that acts as it did."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import io
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +21,7 @@ import torch
 import tasks
 from harness import config as harness_config
 from harness import trainers
+from harness.algos.group_checkpoints import policy_from_state
 from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import make_pool
 from harness.algos.records import EngineSpec, Job
@@ -46,23 +53,51 @@ def _policy(*overrides: str):
     return cfg, policy, obs
 
 
+def _chain_log_prob(policy, obs, record: torch.Tensor, temperature: float) -> torch.Tensor:
+    """By hand: ``x_0 ~ N(0, T^2)`` and every step's Gaussian around ``x_k + dt * v(x_k, t_k)``,
+    ``dt = -1 / K``, of standard deviation ``T * sigma_k``; ``(B,)``."""
+    rows, steps = len(record), policy.steps
+    chain = record.view(rows, steps + 1, policy.entries)
+    cache, pads = policy.encode(obs)
+    sigma = policy.sigma()
+    expected = gaussian_log_density(chain[:, 0], torch.zeros(1),
+                                    torch.tensor(temperature)).sum(-1)
+    for k in range(steps):
+        time = torch.full((rows,), 1.0 - k / steps)
+        velocity = policy.smolvla.velocity(cache, pads, chain[:, k].view(rows, H, -1), time)
+        mean = chain[:, k] - velocity.flatten(1) / steps
+        expected = expected + gaussian_log_density(chain[:, k + 1], mean,
+                                                   temperature * sigma[k]).sum(-1)
+    return expected
+
+
+def _group_update(cfg, policy) -> dict[str, float]:
+    """One update of ``cfg.algo`` on two groups of two attempts at reach, rewards 1, 0, 0, 1."""
+    env = tasks.make("reach", **OPTIONS)
+    jobs = []
+    for group in range(2):
+        env.reset(seed=group, options={"difficulty": 0.1})
+        jobs += [Job(env.snapshot(), group, 0.1)] * 2
+    env.close()
+    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
+    with make_pool(cfg.algo.rollout, 1, spec) as pool:
+        rollout = pool.run(policy, jobs, 1.0, seed=(0, 1))
+    trainer = GroupTrainer(cfg, policy)
+    trainer.max_tokens = policy.max_units(9)
+    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
+    return trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
+                          np.ones(2, dtype=bool))
+
+
 def test_a_sampled_chain_scores_its_own_density_and_greedy_is_smolvlas_sampler():
     _, policy, obs = _policy()
     uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
     record, actions = policy.act(obs, temperature=0.8, uniforms=uniforms)
     steps, entries = policy.steps, policy.entries
     assert record.shape == (3, (steps + 1) * entries) and actions.shape == (3, H, A)
-    # by hand: every step's Gaussian around x_k + dt * v(x_k, t_k), dt = -1 / K
     chain = record.view(3, steps + 1, entries)
-    cache, pads = policy.encode(obs)
-    sigma = policy.sigma()
-    expected = gaussian_log_density(chain[:, 0], torch.zeros(1), torch.tensor(0.8)).sum(-1)
-    for k in range(steps):
-        time = torch.full((3,), 1.0 - k / steps)
-        velocity = policy.smolvla.velocity(cache, pads, chain[:, k].view(3, H, -1), time)
-        mean = chain[:, k] - velocity.flatten(1) / steps
-        expected += gaussian_log_density(chain[:, k + 1], mean, 0.8 * sigma[k]).sum(-1)
-    torch.testing.assert_close(policy.log_prob(obs, record, 0.8)[:, 0], expected)
+    torch.testing.assert_close(policy.log_prob(obs, record, 0.8)[:, 0],
+                               _chain_log_prob(policy, obs, record, 0.8))
     torch.testing.assert_close(actions, chain[:, -1].view(3, H, -1)[:, :, :A].clamp(-1, 1))
     # greedy: SmolVLA's own Euler sampler from zero noise, K steps
     _, greedy = policy.act(obs, deterministic=True)
@@ -132,7 +167,7 @@ def test_a_smolvla_run_clones_trains_saves_and_resumes(tmp_path, monkeypatch):
     """Demos -> BC by SmolVLA's flow-matching loss -> GRPO -> greedy evaluation; the
     checkpoint reloads as a SmolVLA policy, and two iterations plus a resume give the run of
     three."""
-    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group_checkpoints import read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     extra = ["algo.bc_demos=2", "algo.bc_epochs=2"]
@@ -159,6 +194,9 @@ def test_bad_smolvla_settings_are_refused_by_name(tmp_path):
         harness_config.compose([*FAST, "task.obs_mode=state"])
     with pytest.raises(ValueError, match="kind='smolvla', whose action expert is a flow"):
         TokenPolicyConfig(kind="smolvla", action_head="gaussian")
+    with pytest.raises(ConfigError, match=r"policy.dtype='float16'; choose one of "
+                                          r"\('float32', 'bfloat16'\)"):
+        harness_config.compose([*FAST, "policy.dtype=float16"])
 
 
 def test_an_export_of_smolvla_is_refused_by_name():
@@ -199,3 +237,171 @@ def test_lora_trains_the_adapters_and_the_small_projections_only():
     moved = {n for n, p in policy.smolvla.named_parameters() if not torch.equal(before[n], p)}
     assert any(".lora_B." in n for n in moved)
     assert all(policy.smolvla.get_parameter(n).requires_grad for n in moved)
+
+
+def test_a_bfloat16_policy_samples_scores_trains_and_reloads():
+    """``policy.dtype=bfloat16``: the backbone and the expert in bfloat16; the projections,
+    noise scales, value head, chains and log-densities float32. A sampled chain scores its own
+    density, an update moves the bfloat16 weights too, and a checkpoint round trip keeps it."""
+    cfg, policy, obs = _policy("policy.dtype=bfloat16", "algo.num_iterations=1",
+                               "algo.minibatch_size=4")
+    network = policy.smolvla.model
+    assert {p.dtype for p in network.vlm_with_expert.parameters()} == {torch.bfloat16}
+    kept = [policy.noise_logit, *policy.value_head.parameters(), network.state_proj.weight,
+            network.action_in_proj.weight, network.action_out_proj.weight]
+    assert all(p.dtype == torch.float32 for p in kept)
+    uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
+    record, actions = policy.act(obs, uniforms=uniforms)
+    assert record.dtype == actions.dtype == torch.float32
+    log_prob = policy.log_prob(obs, record)[:, 0]
+    assert log_prob.dtype == torch.float32 and torch.isfinite(log_prob).all()
+    torch.testing.assert_close(log_prob, _chain_log_prob(policy, obs, record, 1.0))
+    assert policy.value(obs).dtype == torch.float32
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    metrics = _group_update(cfg, policy)
+    assert metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    moved = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p)}
+    assert "noise_logit" in moved and any(".lm_expert." in n for n in moved)
+    assert any(".text_model." in n for n in moved)
+    saved = {"policy_config": dataclasses.asdict(policy.config), "obs_shapes": policy.obs_shapes,
+             "trainer": {"policy": policy.state_dict()}}
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    buffer.seek(0)
+    again = policy_from_state(torch.load(buffer, weights_only=True))
+    assert again.config.dtype == "bfloat16"
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name
+    assert torch.equal(again.act(obs, deterministic=True)[1],
+                       policy.act(obs, deterministic=True)[1])
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients():
+    """``policy.gradient_checkpointing=true`` recomputes every backbone layer (vision tower
+    included) and every expert layer in the backward pass, and changes no number."""
+
+    def loss_and_gradients(*overrides: str):
+        _, policy, obs = _policy(*overrides)
+        parts = policy.smolvla.model.vlm_with_expert
+        layers = {"backbone": parts.backbone.text_model.layers[1].mlp,
+                  "vision": parts.backbone.vision_model.encoder.layers[0].mlp,
+                  "expert": parts.lm_expert.layers[1].mlp}
+        calls = dict.fromkeys(layers, 0)
+        for name, layer in layers.items():
+            layer.register_forward_pre_hook(
+                lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
+        uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
+        record, _ = policy.act(obs, uniforms=uniforms)
+        chunks = torch.rand(3, H, A, generator=torch.Generator().manual_seed(2)) * 2 - 1
+        policy.train()
+        calls.update(dict.fromkeys(layers, 0))
+        loss = (policy.bc_loss(obs, chunks, generator=torch.Generator().manual_seed(3))
+                - policy.log_prob(obs, record).mean() + policy.value(obs).mean())
+        loss.backward()
+        gradients = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
+        return loss.detach(), gradients, calls
+
+    loss, gradients, calls = loss_and_gradients()
+    loss_ckpt, gradients_ckpt, calls_ckpt = loss_and_gradients("policy.gradient_checkpointing=true")
+    torch.testing.assert_close(loss_ckpt, loss)
+    assert gradients_ckpt.keys() == gradients.keys() and len(gradients) > 50
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradients_ckpt[name], gradient, msg=name)
+    # each forward of these layers runs once more in the backward pass
+    assert all(calls_ckpt[name] == 2 * calls[name] > 0 for name in calls), (calls, calls_ckpt)
+
+
+# --- writing a fine-tuned policy back as a LeRobot folder (scripts/export_policy.py) ---------
+
+HYDRA_QUIET = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+export_app = importlib.import_module("harness.apps.export_policy")
+
+
+def export(tmp_path: Path, *args: str) -> int:
+    return export_app.main([*args, f"hydra.run.dir={tmp_path / 'hydra'}", *HYDRA_QUIET])
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Path:
+    """A tiny smolvla run with LoRA adapters: BC on two demos, then one GRPO iteration."""
+    folder = tmp_path_factory.mktemp("smolvla_lora")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HARNESS_DATA", str(folder / "data"))
+        trainers.train(harness_config.compose([
+            *FAST, "policy.lora_rank=4", "algo.bc_demos=2", "algo.bc_epochs=1",
+            "algo.iterations=1", "eval.final_episodes=2"]), folder / "run")
+    return folder / "run"
+
+
+def test_a_fine_tuned_smolvla_writes_back_as_a_lerobot_folder(lora_run, tmp_path, capsys):
+    """``format=lerobot``: LoRA merged into LeRobot's parameter names, the folder loads with
+    ``strict=True``, and ``policy.model=<folder>`` acts greedily as the fine-tuned policy did,
+    with its noise scales and value head."""
+    from safetensors import safe_open
+
+    from harness.policies.smolvla import SmolVLAModel
+    from harness.policies.smolvla_policy import HEADS_FILE
+
+    fine_tuned, _, _ = export_app.load_token_policy(str(lora_run))
+    adapters = [p for n, p in fine_tuned.named_parameters() if ".lora_B." in n]
+    assert adapters and any(p.abs().max() > 0 for p in adapters)  # BC moved them: merging matters
+    out = tmp_path / "smolvla_reach"
+    assert export(tmp_path, f"checkpoint={lora_run}", "format=lerobot", f"out={out}") == 0
+    assert "LoRA adapters merged" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "vlm_config.json", HEADS_FILE])
+    with safe_open(str(out / "model.safetensors"), "pt") as file:
+        names = list(file.keys())
+    assert not [n for n in names if "lora_" in n or "base_layer" in n]
+    assert all(n.startswith("model.") for n in names)
+    SmolVLAModel.from_folder(out)  # strict=True: exactly LeRobot's names and shapes
+    written = json.loads((out / "config.json").read_text())
+    assert (written["type"], written["num_steps"], written["n_action_steps"]) == ("smolvla", 3, K)
+    cfg = harness_config.compose([*FAST, f"policy.model={out}"])
+    env = tasks.make("reach", **OPTIONS)
+    reloaded = make(cfg.policy.token_policy_config(), env.observation_space)
+    obs = obs_to_batch([env.reset(seed=s)[0] for s in range(4)])
+    env.close()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.act(obs, deterministic=True)[1],
+                                   fine_tuned.act(obs, deterministic=True)[1])
+    for name, tensor in fine_tuned.heads_state().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+
+
+def test_lerobot_export_refuses_bad_inputs_by_name(lora_run, tmp_path, capsys):
+    out = tmp_path / "smolvla_reach"
+    assert export(tmp_path, f"checkpoint={lora_run}", "format=lerobot", f"out={out}") == 0
+    capsys.readouterr()
+    written = (out / "model.safetensors").stat().st_mtime_ns
+
+    def refused(*args: str) -> str:
+        assert export(tmp_path, *args) == 1
+        return capsys.readouterr().err
+
+    assert "exists; pass overwrite=true" in refused(f"checkpoint={lora_run}", "format=lerobot",
+                                                    f"out={out}")
+    assert (out / "model.safetensors").stat().st_mtime_ns == written
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("mine")
+    assert "holds no config.json" in refused(f"checkpoint={lora_run}", "format=lerobot",
+                                             f"out={notes}", "overwrite=true")
+    assert (notes / "keep.txt").read_text() == "mine"
+    assert "format='safetensors'; choose one of ('onnx', 'lerobot')" in refused(
+        f"checkpoint={lora_run}", "format=safetensors", f"out={tmp_path / 'x'}")
+    mlp_run = tmp_path / "mlp"
+    trainers.train(harness_config.compose([
+        "task=reach", "task.max_episode_steps=9", "policy=mlp", "policy.hidden=16", "algo=grpo",
+        "algo.iterations=1", "algo.group_size=2", "algo.num_start_states=2",
+        "algo.minibatch_size=4", "eval.every_steps=0", "eval.final_episodes=2", "logger=none"]),
+        mlp_run)
+    assert "policy='mlp'; format=lerobot writes policy=smolvla only" in refused(
+        f"checkpoint={mlp_run}", "format=lerobot", f"out={tmp_path / 'x'}")
+    assert not (tmp_path / "x").exists()
+    assert export(tmp_path, f"checkpoint={lora_run}", "format=lerobot", f"out={out}",
+                  "overwrite=true") == 0
+    with pytest.raises(ConfigError, match=r"do not fit policy.flow_steps=2 and policy.hidden=64: "
+                                          r"noise_logit \(3, 16\) \(need \(2, 16\)\)"):
+        harness_config.compose([*FAST, f"policy.model={out}", "policy.flow_steps=2"])
+

@@ -14,7 +14,9 @@ observations must keep the shapes the graph takes. By default it plays the train
 held-out evaluation seeds and difficulties, as ``scripts/evaluate.py`` does on the source
 checkpoint. Prints the success rate with its 95% Wilson interval, a per-difficulty table, and the
 per-control-step latency (p50, p99, max) of the policy alone and of the full step (policy, then
-physics and camera) against the control period.
+physics and camera) against the control period. A policy of any action head plays: the graph
+gives the greedy actions (a token policy's bin centres, a Gaussian's squashed mean, a flow's
+noiseless Euler steps from zero), and the record names the head.
 """
 
 from __future__ import annotations
@@ -96,10 +98,11 @@ def deploy_policy(cfg: DictConfig) -> None:
     evaluation, summary = result.evaluation, result.summary()
     low, high = evaluation.success_interval
     info = policy.info
-    print(f"{Path(args.model).name} ({info['policy']['kind']}, exported {info['exported_at']}) "
-          f"on {result.task}, greedy, onnxruntime with {args.threads} thread(s): success "
-          f"{evaluation.success_rate:.3f} [{low:.3f}, {high:.3f}] (95% Wilson) over "
-          f"{len(evaluation.episodes)} episodes, mean length {evaluation.mean_length:.1f}")
+    print(f"{Path(args.model).name} ({info['policy']['kind']}, {policy.action_head} head, "
+          f"exported {info['exported_at']}) on {result.task}, greedy, onnxruntime with "
+          f"{args.threads} thread(s): success {evaluation.success_rate:.3f} [{low:.3f}, "
+          f"{high:.3f}] (95% Wilson) over {len(evaluation.episodes)} episodes, mean length "
+          f"{evaluation.mean_length:.1f}")
     print(evaluation.table())
     period = summary["control_period_ms"]
     print(f"latency per control step over {len(result.step_s)} steps (control period "

@@ -1,19 +1,28 @@
 """Export a trained token policy: ``python scripts/export_policy.py checkpoint=<run dir>
-out=policy.onnx``.
+out=policy.onnx``, or a SmolVLA policy as a LeRobot checkpoint folder: ``... format=lerobot
+out=<folder>``.
 
 A Hydra app over ``conf/export_policy.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
 them). ``checkpoint`` is a group-trainer run (grpo, dr_grpo, rloo, critic, reinforce, vla_ppo) as
 ``scripts/evaluate.py`` takes it: a run directory (its best checkpoint, else its latest), a
 ``checkpoints/`` folder, a checkpoint file or its metadata JSON. Its MLP or TinyVLA token policy
 (``reference=true``: the frozen start policy stored with it) becomes one ONNX graph from the raw
-observation arrays to logits, greedy tokens and actions (:mod:`harness.export`), with the task,
-its options, the inputs, the bin-centre rule, the checkpoint's SHA-256 and the export date in the
-model's metadata. Before anything is written the graph runs, in onnxruntime, on
-``check_observations`` observations of real env steps and must give the torch policy's logits
-within ``tolerance`` and the same greedy tokens. ``out`` is written atomically: a kill never
-leaves a partial file there.
+observation arrays to logits, greedy tokens and actions (:mod:`harness.export`), or, with a
+continuous ``action_head`` (gaussian, flow), to its greedy actions, with the task, its options,
+the inputs, the action head and its bin-centre or greedy rule, the checkpoint's SHA-256 and the
+export date in the model's metadata. Before anything is written the graph runs, in onnxruntime,
+on ``check_observations`` observations of real env steps and must give the torch policy's logits
+within ``tolerance`` and the same greedy tokens (a continuous head: its greedy actions within
+``tolerance``). ``out`` is written atomically: a kill never leaves a partial file there.
 
 Run it with ``scripts/deploy_policy.py model=<out>`` (no torch needed); see docs/export.md.
+
+``format=lerobot`` takes a ``policy=smolvla`` checkpoint and writes its network as a LeRobot
+SmolVLA checkpoint folder (``config.json``, ``model.safetensors`` in LeRobot's parameter names,
+LoRA adapters merged into the weights), with the harness's learned noise scales and value head
+beside it (:meth:`harness.policies.smolvla_policy.SmolVLAPolicy.write_lerobot_folder`;
+docs/smolvla.md). The folder is built under a temporary name and renamed into place; an existing
+``out`` is replaced only with ``overwrite=true``, and only when it is a checkpoint folder.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from harness_common.files import atomic_write, sha256_of
 if TYPE_CHECKING:
     from harness.policies import TokenPolicy
 
-FORMATS = ("onnx",)
+FORMATS = ("onnx", "lerobot")
 
 
 @dataclass
@@ -48,10 +57,11 @@ class ExportConfig:
     check_observations: int = 32
     tolerance: float = 1e-4
     seed: int = 0
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise ValueError(f"format={self.format!r}; this version exports {FORMATS} only")
+            raise ValueError(f"format={self.format!r}; choose one of {FORMATS}")
         if self.check_observations < 1:
             raise ValueError(f"check_observations={self.check_observations}; must be >= 1")
         if not self.tolerance > 0:
@@ -101,9 +111,43 @@ def load_token_policy(checkpoint: str, reference: bool = False
     return policy.eval(), path, metadata
 
 
+def export_lerobot(args: ExportConfig) -> None:
+    """Write the SmolVLA policy of ``args.checkpoint`` to the folder ``args.out`` in LeRobot's
+    checkpoint layout, refusing an existing ``out`` without ``overwrite`` and any other
+    policy."""
+    from harness.policies.smolvla_config import CONFIG_FILE
+    from harness.policies.smolvla_policy import HEADS_FILE
+    from harness.runs import CheckpointError
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        fail(f"out={args.out} exists; pass overwrite=true to replace it")
+    if out.exists() and not (out / CONFIG_FILE).is_file():
+        fail(f"out={args.out} exists and is not a checkpoint folder (it holds no {CONFIG_FILE}); "
+             "overwrite=true replaces checkpoint folders only")
+    try:
+        policy, path, metadata = load_token_policy(args.checkpoint, args.reference)
+    except (CheckpointError, ValueError, TypeError) as error:
+        fail(str(error))
+    if policy.config.kind != "smolvla":
+        fail(f"checkpoint {path} holds a policy={policy.config.kind!r}; format=lerobot writes "
+             "policy=smolvla only (format=onnx exports mlp and tiny_vla)")
+    try:
+        policy.write_lerobot_folder(out, overwrite=args.overwrite)
+    except FileExistsError as error:
+        fail(str(error))
+    which = "start (reference)" if args.reference else "fine-tuned"
+    merged = ", LoRA adapters merged" if policy.config.lora_rank > 0 else ""
+    print(f"wrote the {which} smolvla policy of {metadata['algo']} on {metadata['task']} "
+          f"(checkpoint {path.name}, sha256 {sha256_of(path)[:12]}...) to {out} as a LeRobot "
+          f"SmolVLA checkpoint ({policy.config.dtype}{merged}); the noise scales and value "
+          f"head are in {HEADS_FILE} beside it")
+
+
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="export_policy")
 def export_policy(cfg: DictConfig) -> None:
-    """Export ``cfg.checkpoint``'s policy to ``cfg.out``, checked against the torch policy."""
+    """Export ``cfg.checkpoint``'s policy to ``cfg.out``: an ONNX graph checked against the
+    torch policy, or (``format=lerobot``) a LeRobot SmolVLA checkpoint folder."""
     import tasks
     from harness.export import export_onnx, sample_observations
     from harness.policies import obs_shapes_from_space
@@ -112,9 +156,13 @@ def export_policy(cfg: DictConfig) -> None:
     try:
         args = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as error:
-        fail(f"{error.full_key}= is required: checkpoint=<run dir> out=<file.onnx>")
+        fail(f"{error.full_key}= is required: checkpoint=<run dir> out=<file.onnx> (a folder "
+             "with format=lerobot)")
     except (OmegaConfBaseException, ValueError) as error:
         fail(str(error))
+    if args.format == "lerobot":
+        export_lerobot(args)
+        return
     try:
         policy, path, metadata = load_token_policy(args.checkpoint, args.reference)
         task, options = metadata["task"], metadata["task_options"]
@@ -145,14 +193,20 @@ def export_policy(cfg: DictConfig) -> None:
           f"{info['source']['sha256'][:12]}...) to {args.out}: {len(model) / 1024:.0f} KiB, "
           f"opset {info['exporter']['opset']}")
     print(f"inputs (batch first): {inputs}; outputs: {', '.join(info['outputs'])}")
-    print(f"parity on {parity['observations']} env observations: max |logit diff| "
-          f"{parity['max_abs_logit_diff']:.2e} (tolerance {args.tolerance:g}), greedy tokens equal")
+    if "max_abs_logit_diff" in parity:
+        print(f"parity on {parity['observations']} env observations: max |logit diff| "
+              f"{parity['max_abs_logit_diff']:.2e} (tolerance {args.tolerance:g}), greedy tokens "
+              "equal")
+    else:
+        print(f"parity on {parity['observations']} env observations: max |action diff| "
+              f"{parity['max_abs_action_diff']:.2e} (tolerance {args.tolerance:g}), "
+              f"{info['action_head']} head, greedy actions")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a missing or corrupt checkpoint, a policy that cannot be
-    exported, a failed parity check)."""
+    exported, a failed parity check, an existing ``out`` folder without ``overwrite``)."""
     return run_app(export_policy, argv)
 
 

@@ -33,6 +33,16 @@ POLICY_OBS_KEY: dict[str, str] = {"mlp": "state", "cnn": "pixels", "tiny_vla": "
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
 
 
+def _check_dtype_on(dtype: str, device) -> None:
+    """Refuse ``policy.dtype`` where ``device`` cannot run it; ConfigError names both."""
+    from harness.policies.hf_models import check_dtype
+
+    try:
+        check_dtype(dtype, device)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 @dataclass
 class PolicyConfig:
     """Base of the ``policy`` group.
@@ -56,8 +66,8 @@ class PolicyConfig:
               f"fields {self.name!r} reads; choose the network with policy={self.name}")
 
     def check_device(self, device) -> None:
-        """Refuse a device this policy cannot run on (``hf_vla``: ``bfloat16`` where the device
-        lacks it); every device suits the others."""
+        """Refuse a device this policy cannot run on (``hf_vla`` and ``smolvla``: ``bfloat16``
+        where the device lacks it); every device suits the others."""
 
     def token_policy_config(self) -> TokenPolicyConfig:
         """The ``harness.policies.TokenPolicyConfig`` of ``mlp`` / ``tiny_vla`` (group trainer).
@@ -290,12 +300,7 @@ class HFVLAConfig(PolicyConfig):
 
     def check_device(self, device) -> None:
         """Refuse ``bfloat16`` on a device without it (needs the run's device)."""
-        from harness.policies.hf_models import check_dtype
-
-        try:
-            check_dtype(self.dtype, device)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+        _check_dtype_on(self.dtype, device)
 
     def token_policy_config(self) -> TokenPolicyConfig:
         from harness.policies import TokenPolicyConfig
@@ -328,6 +333,10 @@ class SmolVLAPolicyConfig(PolicyConfig):
             default) trains every weight.
         lora_alpha: Their scale numerator (the update is ``alpha / rank * B A``).
         lora_targets: Names of the adapted linear layers.
+        dtype: ``float32`` or ``bfloat16``: the backbone's and the expert's weights (the
+            projections, noise scales, value head, chains and losses stay float32).
+        gradient_checkpointing: Recompute the backbone's and the expert's layer activations
+            in the backward pass.
     """
 
     name: str = "smolvla"
@@ -341,11 +350,15 @@ class SmolVLAPolicyConfig(PolicyConfig):
     lora_alpha: float = 16.0
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
                                                              "o_proj"])
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
+        from harness.policies.hf_models import DTYPES
         from harness.policies.tokens import chunk_problem
 
         super().__post_init__()
+        check(self.dtype in DTYPES, f"policy.dtype={self.dtype!r}; choose one of {tuple(DTYPES)}")
         problem = chunk_problem(self.chunk_size, self.execute_steps)
         check(problem is None, f"policy.{problem}")
         check(isinstance(self.flow_steps, int) and self.flow_steps >= 1,
@@ -366,6 +379,20 @@ class SmolVLAPolicyConfig(PolicyConfig):
             check(config.arch.chunk_size == self.chunk_size,
                   f"policy.chunk_size={self.chunk_size}, but the checkpoint {self.model!r} "
                   f"predicts chunks of {config.arch.chunk_size}")
+            self._check_heads(config)
+
+    def _check_heads(self, config) -> None:
+        """Refuse noise scales and a value head stored beside the folder that do not fit."""
+        from harness.policies.smolvla_policy import read_heads
+
+        try:
+            read_heads(self.model, self.flow_steps, self.hidden, config)
+        except ValueError as error:
+            raise ConfigError(f"policy.model={self.model!r}: {error}") from None
+
+    def check_device(self, device) -> None:
+        """Refuse ``bfloat16`` on a device without it (needs the run's device)."""
+        _check_dtype_on(self.dtype, device)
 
     def token_policy_config(self) -> TokenPolicyConfig:
         from harness.policies import TokenPolicyConfig
@@ -376,7 +403,8 @@ class SmolVLAPolicyConfig(PolicyConfig):
         return TokenPolicyConfig(
             kind="smolvla", use_instruction=self.use_instruction, model=model,
             chunk_size=self.chunk_size, execute_steps=self.execute_steps, action_head="flow",
-            flow_steps=self.flow_steps, hidden=self.hidden, **lora)
+            flow_steps=self.flow_steps, hidden=self.hidden, dtype=self.dtype,
+            gradient_checkpointing=self.gradient_checkpointing, **lora)
 
 
 # The schema each ``conf/policy/*.yaml`` names in its defaults list (``/schema/policy@_here_: cnn``)

@@ -146,6 +146,16 @@ class SmolVLAModel(nn.Module):
         """
         return write_checkpoint(folder, self.config, self, overwrite=overwrite)
 
+    def cast_transformer(self, dtype: torch.dtype) -> SmolVLAModel:
+        """Put the backbone and the expert in ``dtype`` (``torch.bfloat16`` halves their memory).
+
+        The small projections between them and the state, the noisy actions, the flow time and
+        the velocity stay float32, as in LeRobot; attention and rotary positions are computed
+        in float32 whatever the weights' dtype, and velocities come out float32.
+        """
+        self.model.vlm_with_expert.to(dtype)
+        return self
+
     def embed_prefix(self, images: list[torch.Tensor], img_masks: list[torch.Tensor],
                      lang_tokens: torch.Tensor, lang_masks: torch.Tensor, state: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -168,7 +178,8 @@ class SmolVLAModel(nn.Module):
         embeddings.append(words * math.sqrt(words.shape[-1]))
         pads.append(lang_masks.bool())
         starts += [0] * words.shape[1]
-        embeddings.append(self.model.state_proj(self._pad(state, "max_state_dim"))[:, None, :])
+        state_token = self.model.state_proj(self._pad(state, "max_state_dim"))[:, None, :]
+        embeddings.append(state_token.to(words.dtype))
         pads.append(torch.ones(state.shape[0], 1, dtype=torch.bool, device=state.device))
         starts.append(1)
         embeddings, pads = torch.cat(embeddings, dim=1), torch.cat(pads, dim=1)

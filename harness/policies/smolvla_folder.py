@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,16 +130,19 @@ def match_state(module: torch.nn.Module, tensors: dict[str, torch.Tensor],
 
 
 def write_checkpoint(folder: str | os.PathLike, config: SmolVLAConfig,
-                     module: torch.nn.Module, overwrite: bool = False) -> Path:
+                     module: torch.nn.Module, overwrite: bool = False,
+                     extra: Mapping[str, Mapping[str, torch.Tensor]] | None = None) -> Path:
     """Write ``config.json``, ``model.safetensors`` and ``vlm_config.json`` atomically.
 
-    Tied tensors are stored once, under the first name of their group.
+    Tied tensors are stored once, under the first name of their group; each tensor is stored
+    in the dtype it has.
 
     Args:
         folder: The checkpoint folder to create.
         config: The network's config; ``config.policy`` becomes ``config.json``.
         module: The network whose ``state_dict`` is saved.
         overwrite: Replace an existing ``folder`` (after the new one is complete).
+        extra: More safetensors files written with the others, by file name.
 
     Returns:
         The folder.
@@ -160,6 +164,9 @@ def write_checkpoint(folder: str | os.PathLike, config: SmolVLAConfig,
         (staging / CONFIG_FILE).write_text(json.dumps(config.policy, indent=4) + "\n")
         (staging / VLM_CONFIG_FILE).write_text(json.dumps(config.vlm, indent=2) + "\n")
         save_file(state, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+        for name, tensors in (extra or {}).items():
+            save_file({key: tensor.detach().to("cpu").contiguous()
+                       for key, tensor in tensors.items()}, str(staging / name))
         if target.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
             os.replace(target, retired / target.name)

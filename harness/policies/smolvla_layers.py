@@ -16,8 +16,10 @@ The prefix never attends to the suffix (LeRobot's attention masks forbid it), so
 values do not depend on the actions: :meth:`VLMWithExpert.prefix_cache` computes them once and
 every denoising step, and the training loss, reuse them. Positions use LeRobot's rotary
 embedding (wavelength 10,000, whatever the backbone's ``rope_theta``); attention runs in float32
-with the backbone's head count. Parameter names are LeRobot's (``vlm.model.text_model...``,
-``lm_expert.layers...``), so a checkpoint's tensors load as they are.
+with the backbone's head count, whatever the dtype of the weights. With gradient checkpointing
+on, each layer's activations are recomputed in the backward pass instead of kept. Parameter
+names are LeRobot's (``vlm.model.text_model...``, ``lm_expert.layers...``), so a checkpoint's
+tensors load as they are.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import copy
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from harness.policies.smolvla_config import SmolVLAConfig, build_vlm, expert_intermediate_size
 
@@ -141,6 +144,20 @@ def finish(layer: nn.Module, hidden: torch.Tensor, attended: torch.Tensor) -> to
     return layer.mlp(layer.post_attention_layernorm(hidden)) + hidden
 
 
+def backbone_layer(layer: nn.Module, hidden: torch.Tensor, positions: torch.Tensor,
+                   mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One backbone layer over the prefix.
+
+    Returns:
+        ``(hidden (B, P, width), keys, values)``, the keys rotated, each ``(B, P, KVH, D)``.
+    """
+    queries, keys, values = project(layer, hidden)
+    keys = rotary(keys, positions)
+    hidden = finish(layer, hidden, grouped_attention(rotary(queries, positions), keys, values,
+                                                     mask))
+    return hidden, keys, values
+
+
 class VLMWithExpert(nn.Module):
     """The backbone and the action expert (LeRobot's ``SmolVLMWithExpertModel`` layout).
 
@@ -149,6 +166,7 @@ class VLMWithExpert(nn.Module):
         lm_expert: ``LlamaModel`` of width ``expert_width_multiplier`` times the backbone's,
             without token embeddings; cross-attention layers take keys and values of the
             backbone's key/value width.
+        gradient_checkpointing: Whether :meth:`set_gradient_checkpointing` turned it on.
     """
 
     def __init__(self, config: SmolVLAConfig) -> None:
@@ -171,6 +189,15 @@ class VLMWithExpert(nn.Module):
                 layer.self_attn.k_proj = nn.Linear(kv_width, kv_width, bias=bias)
                 layer.self_attn.v_proj = nn.Linear(kv_width, kv_width, bias=bias)
         self.expert_width = expert_config.hidden_size
+        self.gradient_checkpointing = False
+
+    def set_gradient_checkpointing(self, on: bool) -> None:
+        """Recompute the activations of every backbone layer (vision tower included) and every
+        expert layer in the backward pass (``use_reentrant=False``), in training mode only."""
+        from harness.policies.hf_models import set_checkpointing
+
+        self.gradient_checkpointing = on
+        set_checkpointing(self.backbone.vision_model, on)
 
     @property
     def backbone(self) -> nn.Module:
@@ -217,11 +244,8 @@ class VLMWithExpert(nn.Module):
         positions = torch.cumsum(pad_masks, dim=1) - 1
         hidden, cache = embeddings, []
         for layer in self.backbone.text_model.layers:
-            queries, keys, values = project(layer, hidden)
-            keys = rotary(keys, positions)
+            hidden, keys, values = self._run(backbone_layer, layer, hidden, positions, mask)
             cache.append((keys, values))
-            hidden = finish(layer, hidden, grouped_attention(rotary(queries, positions), keys,
-                                                              values, mask))
         return cache
 
     def expert(self, suffix: torch.Tensor, cache: KeyValues, prefix_pad_masks: torch.Tensor,
@@ -244,22 +268,46 @@ class VLMWithExpert(nn.Module):
                          dim=2)
         positions = prefix_pad_masks.sum(dim=-1)[:, None] + torch.cumsum(suffix_pad_masks,
                                                                          dim=1) - 1
-        hidden = suffix
+        hidden = suffix.to(self.lm_expert.norm.weight.dtype)
         for index, (prefix_keys, prefix_values) in enumerate(cache):
             layer = self.expert_layer_at(index)
             if layer is None:
                 continue
             if self.config.self_attention_at(index):
-                queries, keys, values = project(layer, hidden)
-                keys = torch.cat([prefix_keys, rotary(keys, positions)], dim=1)
-                values = torch.cat([prefix_values, values], dim=1)
-                attended = grouped_attention(rotary(queries, positions), keys, values, mask)
+                hidden = self._run(self._self_attend_layer, layer, hidden, prefix_keys,
+                                   prefix_values, positions, mask)
             else:
-                attended = self._cross_attend(layer, hidden, prefix_keys, prefix_values,
-                                              positions - positions.min(dim=1, keepdim=True)[0],
-                                              prefix_mask)
-            hidden = finish(layer, hidden, attended)
+                hidden = self._run(self._cross_attend_layer, layer, hidden, prefix_keys,
+                                   prefix_values, positions - positions.min(dim=1, keepdim=True)[0],
+                                   prefix_mask)
         return self.lm_expert.norm(hidden)
+
+    def _run(self, function, *args):
+        """``function(*args)``, its activations recomputed in the backward pass when gradient
+        checkpointing is on and the module trains with gradients."""
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(function, *args, use_reentrant=False)
+        return function(*args)
+
+    @staticmethod
+    def _self_attend_layer(layer: nn.Module, hidden: torch.Tensor, prefix_keys: torch.Tensor,
+                           prefix_values: torch.Tensor, positions: torch.Tensor,
+                           mask: torch.Tensor) -> torch.Tensor:
+        """An expert layer whose queries attend to the backbone's keys and values of its layer
+        followed by the suffix's own."""
+        queries, keys, values = project(layer, hidden)
+        keys = torch.cat([prefix_keys, rotary(keys, positions)], dim=1)
+        values = torch.cat([prefix_values, values], dim=1)
+        return finish(layer, hidden,
+                      grouped_attention(rotary(queries, positions), keys, values, mask))
+
+    @classmethod
+    def _cross_attend_layer(cls, layer: nn.Module, hidden: torch.Tensor,
+                            prefix_keys: torch.Tensor, prefix_values: torch.Tensor,
+                            positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """An expert layer that cross-attends to the backbone's keys and values."""
+        return finish(layer, hidden, cls._cross_attend(layer, hidden, prefix_keys,
+                                                       prefix_values, positions, mask))
 
     @staticmethod
     def _cross_attend(layer: nn.Module, hidden: torch.Tensor, prefix_keys: torch.Tensor,

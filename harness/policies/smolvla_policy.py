@@ -20,23 +20,92 @@ per decision. ``sigma_k`` (per step and chunk entry, in ``[SIGMA_MIN, SIGMA_MAX]
 behaviour cloning trains the velocity by SmolVLA's own flow-matching loss. Greedy actions are
 the noiseless ODE from ``x_0 = 0``. The executed actions are the first ``action_dim`` columns of
 ``x_K``, clipped to [-1, 1].
+
+``dtype="bfloat16"`` puts the backbone and the expert in bfloat16
+(:meth:`~harness.policies.smolvla.SmolVLAModel.cast_transformer`); the projections, the noise
+scales, the value head, the chains, their log-densities and the losses stay float32.
+``gradient_checkpointing`` recomputes their layers' activations in the backward pass.
+:meth:`SmolVLAPolicy.write_lerobot_folder` writes the network back as a LeRobot checkpoint
+folder (LoRA merged), the noise scales and the value head beside it in :data:`HEADS_FILE`, which
+a policy built from that folder reads back.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from harness.policies.head_base import LOG_SQRT_2PI, gaussian_log_density
+from harness.policies.hf_models import check_dtype
+from harness.policies.smolvla_folder import write_checkpoint
 from harness.policies.token_policy import TokenPolicy, register_policy
 from harness.policies.tokens import ObsShapes, TokenPolicyConfig
 
+if TYPE_CHECKING:
+    from harness.policies.smolvla import SmolVLAModel
+    from harness.policies.smolvla_config import SmolVLAConfig
+
 TINY = "tiny:smolvla"
 SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = 0.02, 0.5, 0.1
+# The noise scales and the value head, beside the network in a folder this policy writes.
+HEADS_FILE = "harness_heads.safetensors"
+
+
+def head_shapes(flow_steps: int, hidden: int, config: SmolVLAConfig) -> dict[str, tuple[int, ...]]:
+    """The shapes of :meth:`SmolVLAPolicy.heads_state` for a network of ``config``."""
+    arch = config.arch
+    width = int(config.vlm["text_config"]["hidden_size"])
+    return {"noise_logit": (flow_steps, arch.chunk_size * arch.max_action_dim),
+            "value_head.0.weight": (hidden, width), "value_head.0.bias": (hidden,),
+            "value_head.2.weight": (1, hidden), "value_head.2.bias": (1,)}
+
+
+def read_heads(folder: str | os.PathLike, flow_steps: int, hidden: int,
+               config: SmolVLAConfig) -> dict[str, torch.Tensor] | None:
+    """The noise scales and the value head stored beside a SmolVLA folder, or ``None`` when it
+    has none (a LeRobot checkpoint).
+
+    Raises:
+        ValueError: They do not fit ``flow_steps`` and ``hidden``, naming the file and both.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(folder) / HEADS_FILE
+    if not path.is_file():
+        return None
+    heads = load_file(str(path))
+    stored = {name: tuple(tensor.shape) for name, tensor in heads.items()}
+    expected = head_shapes(flow_steps, hidden, config)
+    if stored != expected:
+        differ = ", ".join(f"{name} {stored.get(name)} (need {expected.get(name)})"
+                           for name in sorted(stored.keys() | expected.keys())
+                           if stored.get(name) != expected.get(name))
+        raise ValueError(
+            f"{path} holds noise scales and a value head that do not fit policy.flow_steps="
+            f"{flow_steps} and policy.hidden={hidden}: {differ}; use the settings the folder "
+            f"was written with, or delete {HEADS_FILE} to start fresh ones")
+    return heads
+
+
+def merge_adapters(network: nn.Module) -> None:
+    """Fold every LoRA adapter of ``network`` into its layer's weight (``W + alpha / r * B A``)
+    and put the plain layer back in its place, so the parameter names are LeRobot's again."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in list(network.named_modules()):
+        if isinstance(module, LoraLayer):
+            module.merge(safe_merge=True)
+            parent, _, child = name.rpartition(".")
+            setattr(network.get_submodule(parent), child, module.get_base_layer())
 
 
 def build_model(config: TokenPolicyConfig, obs_shapes: ObsShapes):
@@ -70,7 +139,8 @@ class SmolVLAPolicy(TokenPolicy):
 
     Args:
         config: ``kind="smolvla"``, ``action_head="flow"``; ``model``, ``chunk_size``,
-            ``execute_steps`` and ``flow_steps`` are read.
+            ``execute_steps``, ``flow_steps``, ``hidden``, ``dtype``, ``lora_*`` and
+            ``gradient_checkpointing`` are read.
         obs_shapes: Must hold ``pixels``; ``proprio`` and ``instruction`` are read when present.
     """
 
@@ -79,38 +149,86 @@ class SmolVLAPolicy(TokenPolicy):
         self.head = None  # the flow expert is the model's own
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
+        dtype = check_dtype(config.dtype, "cpu")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # the same random weights in every process that builds it
-            self.smolvla = build_model(config, self.obs_shapes)
+            self.smolvla = build_model(config, self.obs_shapes).cast_transformer(dtype)
             arch = self.smolvla.config.arch
             self.steps, self.entries = config.flow_steps, arch.chunk_size * arch.max_action_dim
             fraction = (SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_MIN)
             self.noise_logit = nn.Parameter(torch.full((self.steps, self.entries),
                                                        math.log(fraction / (1 - fraction))))
-            width = self.smolvla.config.vlm["text_config"]["hidden_size"]
-            self.value_head = nn.Sequential(nn.Linear(width, config.hidden), nn.Tanh(),
-                                            nn.Linear(config.hidden, 1))
+            self.value_head = nn.Sequential(nn.Linear(self.feature_dim, config.hidden),
+                                            nn.Tanh(), nn.Linear(config.hidden, 1))
+            if config.model != TINY:
+                heads = read_heads(config.model, config.flow_steps, config.hidden,
+                                   self.smolvla.config)
+                if heads is not None:
+                    self.load_state_dict(heads, strict=False)
             if config.lora_rank > 0:
                 self._add_adapters()
+        self.smolvla.model.vlm_with_expert.set_gradient_checkpointing(
+            config.gradient_checkpointing)
         self.image_size = int(self.smolvla.config.policy["resize_imgs_with_padding"][0])
         self.use_instruction = config.use_instruction and "instruction" in self.obs_shapes
 
     def _add_adapters(self) -> None:
-        """LoRA adapters (``peft``; B = 0, so the network starts as it was) on the backbone's
-        and the expert's ``lora_targets`` layers; every other weight of the network is frozen.
-        The flow's in/out projections, the state projection, the noise scales and the value
-        head stay trainable, as they are small and task-specific."""
+        """LoRA adapters (``peft``; B = 0, so the network starts as it was; float32 whatever
+        the layers' dtype) on the backbone's and the expert's ``lora_targets`` layers; every
+        other weight of the network is frozen. The flow's in/out projections, the state
+        projection, the noise scales and the value head stay trainable, as they are small and
+        task-specific."""
         from peft import LoraConfig, inject_adapter_in_model
+        from peft.tuners.tuners_utils import cast_adapter_dtype
 
         config = self.config
+        network = self.smolvla.model.vlm_with_expert
         inject_adapter_in_model(LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
                                            lora_dropout=config.lora_dropout,
-                                           target_modules=list(config.lora_targets)),
-                                self.smolvla.model.vlm_with_expert)
+                                           target_modules=list(config.lora_targets)), network)
+        cast_adapter_dtype(network, "default")  # float32, as get_peft_model leaves them
         trainable = ("lora_", "action_in_proj", "action_out_proj", "action_time_mlp",
                      "state_proj")
         for name, parameter in self.smolvla.named_parameters():
             parameter.requires_grad_(any(key in name for key in trainable))
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of :meth:`features`: the backbone's."""
+        return int(self.smolvla.config.vlm["text_config"]["hidden_size"])
+
+    # --- writing back -------------------------------------------------------------------------
+
+    def heads_state(self) -> dict[str, torch.Tensor]:
+        """The noise scales and the value head, which LeRobot's format has no names for."""
+        return {name: tensor for name, tensor in self.state_dict().items()
+                if name == "noise_logit" or name.startswith("value_head.")}
+
+    def lerobot_network(self) -> SmolVLAModel:
+        """A copy of the network as a plain SmolVLA: LoRA adapters merged into the weights
+        (LeRobot's parameter names again), ``num_steps`` and ``n_action_steps`` of its
+        ``config.json`` set to ``flow_steps`` and the actions played per decision, so that
+        LeRobot samples as this policy acts."""
+        network = copy.deepcopy(self.smolvla)
+        if self.config.lora_rank > 0:
+            merge_adapters(network)
+        policy = {**network.config.policy, "num_steps": self.steps,
+                  "n_action_steps": self.config.steps_per_decision}
+        network.config = dataclasses.replace(network.config, policy=policy)
+        return network.eval()
+
+    def write_lerobot_folder(self, folder: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write the network as a LeRobot SmolVLA checkpoint folder (:meth:`lerobot_network`;
+        weights in the dtype they train in), with the noise scales and the value head beside
+        it in ``HEADS_FILE``, which LeRobot ignores and ``policy.model=<folder>`` reads back.
+        The folder is built under a temporary name and renamed into place.
+
+        Raises:
+            FileExistsError: ``folder`` exists and ``overwrite`` is false.
+        """
+        network = self.lerobot_network()
+        return write_checkpoint(folder, network.config, network, overwrite=overwrite,
+                                extra={HEADS_FILE: self.heads_state()})
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -146,8 +264,8 @@ class SmolVLAPolicy(TokenPolicy):
         images, tokens, masks, state = self.model_inputs(obs)
         ones = [torch.ones(images[0].shape[0], dtype=torch.bool, device=state.device)]
         embeddings, pads, _ = self.smolvla.embed_prefix(images, ones, tokens, masks, state)
-        weights = pads.to(embeddings.dtype).unsqueeze(-1)
-        return (embeddings * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        weights = pads.float().unsqueeze(-1)
+        return (embeddings.float() * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
     # --- the chain ----------------------------------------------------------------------------
 

@@ -178,7 +178,7 @@ class TokenPolicyConfig:
         model: ``hf_vla``: a named offline model (``tiny:idefics3``...) or a local folder.
         proprio: ``hf_vla``: ``projection`` (one prefix embedding projected from ``proprio``)
             or ``none``.
-        dtype: ``hf_vla``: ``float32`` or ``bfloat16``.
+        dtype: ``hf_vla`` and ``smolvla``: ``float32`` or ``bfloat16``.
         lora_rank: ``hf_vla``: LoRA rank; 0 fine-tunes every weight.
         lora_alpha: ``hf_vla``: LoRA scale numerator (the update is ``alpha / rank * B A``).
         lora_dropout: ``hf_vla``: dropout on the adapters' input.
@@ -186,7 +186,8 @@ class TokenPolicyConfig:
             ``("all-linear",)``.
         lora_full_bc: ``hf_vla`` with LoRA: every weight trains until group fine-tuning starts
             (behaviour cloning, state pretraining), then only fresh adapters.
-        gradient_checkpointing: ``hf_vla``: recompute activations in the backward pass.
+        gradient_checkpointing: ``hf_vla`` and ``smolvla``: recompute activations in the
+            backward pass.
         chunk_size: ``H``, actions one decision predicts (an action chunk, as ACT, pi0 and
             SmolVLA predict): the policy scores ``H * action_dim`` tokens per observation.
             1 (the default) is one control step per decision. ``hf_vla`` decodes one step.
