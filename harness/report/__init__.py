@@ -134,9 +134,8 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         The path of ``report.md``.
 
     Raises:
-        ReportError: No reportable run (the reasons of the skipped folders are listed), or runs
-            of several tasks without ``allow_mixed_tasks``, or a ``reference`` that is not
-            an arm.
+        ReportError: No reportable run (skipped folders listed with reasons), runs of
+            several tasks without ``allow_mixed_tasks``, or a ``reference`` naming no arm.
     """
     from harness_common import plots
 
