@@ -116,22 +116,9 @@ def test_a_sampled_chain_scores_its_own_density_and_greedy_is_smolvlas_sampler()
 def test_an_update_starts_at_ratio_one_and_moves_the_expert_and_the_noise(algo):
     cfg, policy, _ = _policy(f"algo={algo}")
     cfg.algo.num_iterations, cfg.algo.minibatch_size = 1, 4
-    env = tasks.make("reach", **OPTIONS)
-    jobs = []
-    for group in range(2):
-        env.reset(seed=group, options={"difficulty": 0.1})
-        jobs += [Job(env.snapshot(), group, 0.1)] * 2
-    env.close()
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
-    with make_pool(cfg.algo.rollout, 1, spec) as pool:
-        rollout = pool.run(policy, jobs, 1.0, seed=(0, 1))
-    trainer = GroupTrainer(cfg, policy)
-    trainer.max_tokens = policy.max_units(9)
     expert = policy.smolvla.model.action_out_proj.weight.detach().clone()
     noise = policy.noise_logit.detach().clone()
-    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
-    metrics = trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
-                             np.ones(2, dtype=bool))
+    metrics = _group_update(cfg, policy)
     assert metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert metrics["train/clip_fraction"] == 0.0
     assert not torch.equal(expert, policy.smolvla.model.action_out_proj.weight)
