@@ -1,6 +1,7 @@
 """Our half of the SmolVLA compatibility check: LeRobot's folders in our model, ours for LeRobot.
 
 usage: python studies/smolvla_lerobot_check.py --work DIR [--tolerance 1e-5] [--seed 100]
+       python studies/smolvla_lerobot_check.py --work DIR --exported FOLDER
 
 Run after ``studies/smolvla_lerobot_side.py make --work DIR`` (in a venv with ``lerobot``). For
 each variant folder ``DIR/<variant>``: loads ``lerobot/`` (saved by LeRobot's
@@ -11,11 +12,17 @@ as LeRobot initialised it, RMSNorm weights included), saves the result with ``sa
 ``ours/`` and writes our outputs for the same inputs to ``ours.npz``, for
 ``smolvla_lerobot_side.py load --work DIR`` to check in LeRobot. Exits 1 when a difference
 exceeds ``--tolerance``.
+
+With ``--exported FOLDER`` (a fine-tuned policy written back by ``scripts/export_policy.py
+format=lerobot``) it writes inputs shaped by that folder and our outputs under both patch rules to
+``DIR/exported.npz``, for ``smolvla_lerobot_side.py load-exported --work DIR`` to compare with
+LeRobot's ``SmolVLAPolicy.from_pretrained`` of the same folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -82,14 +89,71 @@ def check_variant(folder: Path, seed: int) -> float:
     return max(found.values())
 
 
+def exported_inputs(folder: Path, seed: int) -> dict[str, np.ndarray]:
+    """Inputs shaped by an exported folder's ``config.json`` and ``vlm_config.json``: two
+    samples of its one camera in [-1, 1], instruction ids of its vocabulary (the second with
+    two padding slots), state, sampling noise, demonstrated actions, training noise and times."""
+    policy = json.loads((folder / "config.json").read_text())
+    vlm = json.loads((folder / "vlm_config.json").read_text())
+    cameras = [k for k, v in policy["input_features"].items() if v["type"] == "VISUAL"]
+    if len(cameras) != 1:
+        raise SystemExit(f"{folder}: expected one camera feature, found {cameras}")
+    image = tuple(policy["input_features"][cameras[0]]["shape"])
+    chunk, state, action = (policy["chunk_size"], policy["max_state_dim"],
+                            policy["max_action_dim"])
+    rng = np.random.default_rng(seed)
+    masks = np.ones((2, 5), dtype=bool)
+    masks[1, -2:] = False
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    return {"image_front": rng.uniform(-1, 1, (2, *image)).astype(np.float32),
+            "mask_front": np.ones(2, dtype=bool),
+            "lang_tokens": rng.integers(7, vlm["text_config"]["vocab_size"], (2, 5)),
+            "lang_masks": masks, "state": normal(2, state), "noise": normal(2, chunk, action),
+            "actions": rng.uniform(-1, 1, (2, chunk, action)).astype(np.float32),
+            "train_noise": normal(2, chunk, action), "time": np.array([0.3, 0.85], np.float32)}
+
+
+def check_exported(folder: Path, work: Path, seed: int) -> int:
+    """Our outputs of a folder written by ``export_policy.py format=lerobot`` under both patch
+    rules, in ``work/exported.npz`` for ``smolvla_lerobot_side.py load-exported`` to compare."""
+    if not (folder / "vlm_config.json").is_file():
+        raise SystemExit(f"{folder} has no vlm_config.json: not a folder written by "
+                         "export_policy.py format=lerobot")
+    inputs = exported_inputs(folder, seed)
+    tensors = {key: torch.from_numpy(value) for key, value in inputs.items()}
+    common = ([tensors["image_front"]], tensors["lang_tokens"], tensors["lang_masks"],
+              tensors["state"])
+    outputs = {}
+    for rule in ("exact", "shifted"):
+        model = SmolVLAModel.from_folder(folder, patch_positions=rule)
+        with torch.no_grad():
+            outputs[f"ours_sample_{rule}"] = model.sample_actions(
+                *common, noise=tensors["noise"], img_masks=[tensors["mask_front"]]).numpy()
+            outputs[f"ours_losses_{rule}"] = model.flow_loss(
+                *common, tensors["actions"], noise=tensors["train_noise"], time=tensors["time"],
+                img_masks=[tensors["mask_front"]], reduction="none").numpy()
+    work.mkdir(parents=True, exist_ok=True)
+    np.savez(work / "exported.npz", folder=np.array(str(folder.resolve())), **inputs, **outputs)
+    print(f"{work / 'exported.npz'}: inputs and our outputs of {folder} "
+          f"({sum(p.numel() for p in model.parameters())} parameters)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True,
                         help="the folder smolvla_lerobot_side.py make wrote")
     parser.add_argument("--tolerance", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=100, help="of the parameter noise")
+    parser.add_argument("--exported", type=Path, default=None,
+                        help="instead: a folder written by export_policy.py format=lerobot")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.exported is not None:
+        return check_exported(args.exported, args.work, args.seed)
     variants = sorted(path.parent for path in args.work.glob("*/lerobot.npz"))
     if not variants:
         parser.error(f"{args.work} holds no <variant>/lerobot.npz; run "

@@ -2,6 +2,7 @@
 
 usage: <lerobot venv>/bin/python studies/smolvla_lerobot_side.py make --work DIR [--skip-groot]
        <lerobot venv>/bin/python studies/smolvla_lerobot_side.py load --work DIR [--skip-groot]
+       <lerobot venv>/bin/python studies/smolvla_lerobot_side.py load-exported --work DIR
 
 ``make`` saves a tiny SmolVLM backbone (config, word-level tokenizer, processor) in
 ``DIR/tiny-smolvlm`` and, for each variant of :data:`VARIANTS`, builds a random
@@ -16,7 +17,9 @@ weights of :func:`fixed_state` into each policy (``strict=True``) and writes LeR
 ``studies/smolvla_lerobot_check.py``, loads those folders with ``SmolVLAModel.from_folder``,
 compares, and saves folders of its own in ``DIR/<variant>/ours`` with ``ours.npz``; ``load`` then
 loads each of ours with ``SmolVLAPolicy.from_pretrained(..., strict=True)`` and compares LeRobot's
-outputs with ours. docs/smolvla.md gives the versions and commands.
+outputs with ours. ``load-exported`` does the same for a fine-tuned policy written back by
+``scripts/export_policy.py format=lerobot`` (:func:`load_exported`). docs/smolvla.md gives the
+versions and commands.
 
 Nothing here imports this repository, so it runs in the LeRobot venv alone.
 """
@@ -92,23 +95,32 @@ def skip_groot_package() -> None:
     sys.modules["lerobot.policies.groot"] = groot
 
 
-def save_backbone(folder: Path) -> None:
-    """A tiny SmolVLM config and processor (word-level tokenizer) in ``folder``."""
+def save_backbone(folder: Path, vlm: dict | None = None) -> None:
+    """A tiny SmolVLM config and processor (word-level tokenizer) in ``folder``; with ``vlm``
+    (a backbone config dict, e.g. an exported folder's ``vlm_config.json``) that config and a
+    processor sized to it instead."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMProcessor
     from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMVideoProcessor
 
-    words = ["<pad>", "<unk>", "<s>", *SPECIAL.values()] + [f"w{i}" for i in range(VOCAB - 7)]
+    vocab = VOCAB if vlm is None else vlm["text_config"]["vocab_size"]
+    image = IMAGE if vlm is None else vlm["vision_config"]["image_size"]
+    words = ["<pad>", "<unk>", "<s>", *SPECIAL.values()] + [f"w{i}" for i in range(vocab - 7)]
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, "<unk>")),
         pad_token="<pad>", unk_token="<unk>", bos_token="<s>", extra_special_tokens=SPECIAL)
     tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    patch, scale = 8, 2
+    patch = 8 if vlm is None else vlm["vision_config"]["patch_size"]
+    scale = 2 if vlm is None else vlm["scale_factor"]
     processor = SmolVLMProcessor(
-        image_processor=SmolVLMImageProcessor(size={"longest_edge": IMAGE},
-                                              max_image_size={"longest_edge": IMAGE}),
+        image_processor=SmolVLMImageProcessor(size={"longest_edge": image},
+                                              max_image_size={"longest_edge": image}),
         tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(),
-        image_seq_len=(IMAGE // patch) ** 2 // scale**2)
+        image_seq_len=(image // patch) ** 2 // scale**2)
+    processor.save_pretrained(folder)
+    if vlm is not None:
+        SmolVLMConfig.from_dict(vlm).save_pretrained(folder)
+        return
     config = SmolVLMConfig(
         text_config={"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 64,
                      "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
@@ -119,7 +131,6 @@ def save_backbone(folder: Path) -> None:
                        "num_attention_heads": 2, "image_size": IMAGE, "patch_size": patch},
         scale_factor=scale, image_token_id=words.index("<image>"), tie_word_embeddings=False)
     config.save_pretrained(folder)
-    processor.save_pretrained(folder)
 
 
 def policy_config(backbone: Path, variant: dict):
@@ -263,9 +274,53 @@ def load(work: Path) -> int:
     return 0 if worst <= TOLERANCE else 1
 
 
+def load_exported(work: Path) -> int:
+    """Load the folder named in ``work/exported.npz`` (written by ``export_policy.py
+    format=lerobot``; ``smolvla_lerobot_check.py --exported``) with ``from_pretrained(...,
+    strict=True)`` and compare LeRobot's chunks and losses with ours under this side's patch
+    rule. The tiny backbone is no hub id, so its config (the folder's ``vlm_config.json``) and a
+    processor go to ``work/exported-backbone`` and a copy of the folder names it."""
+    import shutil
+    from importlib.metadata import version
+
+    import torch
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    saved = dict(np.load(work / "exported.npz"))
+    folder = Path(str(saved.pop("folder")))
+    backbone, copy = work / "exported-backbone", work / "exported-for-lerobot"
+    save_backbone(backbone, json.loads((folder / "vlm_config.json").read_text()))
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config,
+                                                  "vlm_model_name": str(backbone.resolve())}))
+    policy = SmolVLAPolicy.from_pretrained(copy, strict=True).eval()
+    data = {key: torch.from_numpy(value) for key, value in saved.items()
+            if not key.startswith("ours_")}
+    images, masks = [data["image_front"]], [data["mask_front"]]
+    with torch.no_grad():
+        sample = policy.model.sample_actions(images, masks, data["lang_tokens"],
+                                             data["lang_masks"], data["state"],
+                                             noise=data["noise"].clone())
+        losses = policy.model.forward(images, masks, data["lang_tokens"], data["lang_masks"],
+                                      data["state"], data["actions"], data["train_noise"].clone(),
+                                      data["time"].clone())
+    rule = "shifted" if int(version("transformers").split(".")[0]) < 5 else "exact"
+    worst = 0.0
+    for key, value in (("sample", sample), ("losses", losses)):
+        difference = float(np.abs(value.numpy() - saved[f"ours_{key}_{rule}"]).max())
+        worst = max(worst, difference)
+        print(f"LeRobot loading {folder.name}: {key} vs ours (patch_positions={rule!r}): "
+              f"max |diff| = {difference:.3g} (values up to {float(value.abs().max()):.3g})")
+    print(f"worst {worst:.3g} (tolerance {TOLERANCE}); " + ", ".join(
+        f"{key[8:]} {value}" for key, value in versions().items()))
+    return 0 if worst <= TOLERANCE else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("make", "load"))
+    parser.add_argument("command", choices=("make", "load", "load-exported"))
     parser.add_argument("--work", type=Path, required=True, help="folder of the check's files")
     parser.add_argument("--skip-groot", action="store_true",
                         help="for LeRobot 0.4.4 under transformers 5: see skip_groot_package")
@@ -274,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_groot:
         skip_groot_package()
     args.work.mkdir(parents=True, exist_ok=True)
-    return make(args.work) if args.command == "make" else load(args.work)
+    commands = {"make": make, "load": load, "load-exported": load_exported}
+    return commands[args.command](args.work)
 
 
 if __name__ == "__main__":

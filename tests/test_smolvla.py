@@ -345,3 +345,26 @@ def test_outputs_match_lerobots_on_fixed_weights(fixture, variant):
     expected = recorded["variants"][variant]
     np.testing.assert_allclose(sample.numpy(), expected["sample"], rtol=0, atol=1e-5)
     np.testing.assert_allclose(losses.numpy(), expected["losses"], rtol=0, atol=1e-5)
+
+
+def test_exported_check_writes_our_outputs_for_the_lerobot_side(tiny, saved, tmp_path):
+    """``smolvla_lerobot_check.py --exported``: inputs shaped by the folder, our outputs under
+    both patch rules (the LeRobot side, run in its own venv, is in docs/smolvla.md)."""
+    check = importlib.import_module("studies.smolvla_lerobot_check")
+    assert check.main(["--work", str(tmp_path / "work"), "--exported", str(saved)]) == 0
+    data = dict(np.load(tmp_path / "work" / "exported.npz"))
+    assert str(data["folder"]) == str(saved.resolve())
+    assert data["image_front"].shape == (2, 3, 32, 32) and data["noise"].shape == (2, 8, 4)
+    assert data["lang_masks"].sum(1).tolist() == [5, 3] and data["lang_tokens"].max() < 96
+    images, masks = [torch.from_numpy(data["image_front"])], [torch.from_numpy(data["mask_front"])]
+    common = (images, torch.from_numpy(data["lang_tokens"]), torch.from_numpy(data["lang_masks"]),
+              torch.from_numpy(data["state"]))
+    with torch.no_grad():
+        sample = tiny.sample_actions(*common, noise=torch.from_numpy(data["noise"]),
+                                     img_masks=masks)
+    np.testing.assert_array_equal(data["ours_sample_exact"], sample.numpy())
+    assert data["ours_losses_shifted"].shape == (2, 8, 4)
+    assert not np.array_equal(data["ours_sample_shifted"], data["ours_sample_exact"])
+    (tmp_path / "not_exported").mkdir()
+    with pytest.raises(SystemExit, match="no vlm_config.json"):
+        check.main(["--work", str(tmp_path / "w2"), "--exported", str(tmp_path / "not_exported")])
