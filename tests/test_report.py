@@ -319,6 +319,7 @@ def test_report_script_prints_the_report_and_fails_cleanly(ablation, tmp_path, m
 # ---------------------------------------------------------------------- the ablation itself
 @pytest.mark.parametrize(("experiment", "task", "bc_difficulty"), [
     ("curriculum_ablation", "reach", 0.0),
+    ("curriculum_ablation_long", "reach", 0.0),
     ("curriculum_ablation_push", "push", None),
     ("curriculum_ablation_push_easy_bc", "push", 0.0),
 ])
@@ -333,6 +334,16 @@ def test_curriculum_ablation_composes_for_every_curriculum(experiment, task, bc_
     assert config.algo.iterations <= 1000  # the budget of a group run
     # the easy-start variants clone on difficulty 0 and still train and evaluate at 1.0
     assert config.algo.bc_difficulty == bc_difficulty
+
+
+def test_long_curriculum_ablation_changes_only_the_budget():
+    short = harness_config.compose(["+experiment=curriculum_ablation", "curriculum=success_band"])
+    long = harness_config.compose(["+experiment=curriculum_ablation_long",
+                                   "curriculum=success_band"])
+    assert (short.algo.iterations, long.algo.iterations) == (225, 600)
+    for block in ("task", "policy", "curriculum", "eval"):
+        assert getattr(long, block) == getattr(short, block), block
+    assert {**vars(long.algo), "iterations": 225} == vars(short.algo)
 
 
 # Four seeds of one arm: start greedy / sampled, the decoding validation chose, final greedy and
