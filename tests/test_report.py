@@ -17,7 +17,7 @@ import yaml
 
 from harness import config as harness_config
 from harness import report
-from harness.report import ReportError, build_report, load_runs
+from harness.report import ReportError, build_report, load_runs, scan_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 REPS = 500  # enough for intervals whose ends have >= 25% mass, as below
@@ -460,6 +460,25 @@ def test_reference_section_shows_hand_computed_numbers(tmp_path):
     assert rloo[2].startswith("1.00 [") and rloo[3] == "+0.700 [+0.700, +0.700]"
     assert rloo[4] == "1 / 0 / 0" and rloo[7] == "0.50×"
     assert (root / "plots" / "improvement_over_reference.png").stat().st_size > 0
+
+
+def test_ignored_setting_does_not_split_arms(tmp_path):
+    # vla_ppo runs started from each seed's saved grpo start: algo.init_policy differs per seed
+    root = tmp_path / "sweep"
+    for job, (algo, seed, final) in enumerate([("grpo", 0, 0.2), ("grpo", 1, 0.4),
+                                                ("vla_ppo", 0, 0.5), ("vla_ppo", 1, 0.3)]):
+        start = [] if algo == "grpo" else [f"algo.init_policy=/runs/grpo_s{seed}/start.pt"]
+        write_run(root / f"{job}_{algo}_s{seed}", seed=seed, final=final, algo=algo,
+                  overrides=[f"algo={algo}", f"seed={seed}", *start])
+    split = sorted({run.arm for run in scan_runs(root)[0]})
+    assert len(split) == 3 and "algo=grpo, algo.init_policy=<default>" in split
+    assert sorted({run.arm for run in scan_runs(root, ignore=("algo.init_policy",))[0]}) == [
+        "algo=grpo", "algo=vla_ppo"]
+    from harness.apps.report import main
+
+    assert main([str(root), "--ignore", "algo.init_policy", "--reps", str(REPS)]) == 0
+    part = section((root / "report.md").read_text(), "Against the reference arm `algo=grpo`")
+    assert rows_of(part, "`algo=vla_ppo`")[0][3:5] == ["+0.100 [-0.100, +0.300]", "1 / 0 / 1"]
 
 
 def test_reference_arm_is_chosen_or_refused_by_name(tmp_path, capsys):

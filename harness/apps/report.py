@@ -29,12 +29,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the arm every other arm is compared with, as the report names it "
                              "(e.g. algo=grpo, the default when the sweep has that arm)")
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap replicates")
+    parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                        help="a setting that does not define an arm, e.g. algo.init_policy when "
+                             "each seed's arm starts from that seed's saved start (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
         report = build_report(args.multirun_dir, args.out, metric=args.metric,
                               allow_mixed_tasks=args.allow_mixed_tasks, reps=args.reps,
-                              reference=args.reference)
+                              reference=args.reference, ignore=tuple(args.ignore))
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

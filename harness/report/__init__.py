@@ -114,7 +114,8 @@ log = logging.getLogger(__name__)
 
 def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
                  metric: str = "success_rate", allow_mixed_tasks: bool = False,
-                 reps: int = DEFAULT_REPS, seed: int = 0, reference: str | None = None) -> Path:
+                 reps: int = DEFAULT_REPS, seed: int = 0, reference: str | None = None,
+                 ignore: tuple[str, ...] = ()) -> Path:
     """Write ``report.md`` and ``plots/*.png`` for the runs below ``multirun_dir``.
 
     Args:
@@ -129,6 +130,8 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         reference: The arm every other arm is compared with (probability of improvement,
             paired difference over seeds, env steps and wall clock); ``None`` picks
             ``algo=grpo`` when the sweep has that arm, and otherwise leaves the section out.
+        ignore: Settings that never define an arm, e.g. ``algo.init_policy`` when each seed's
+            arm starts from that seed's saved start (its path differs per seed).
 
     Returns:
         The path of ``report.md``.
@@ -140,27 +143,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
     from harness_common import plots
 
     root = Path(multirun_dir)
-    runs, skipped = scan_runs(root, metric)
-    if not runs:
-        reasons = "".join(f"\n  {s.path}: {s.reason}" for s in skipped)
-        raise ReportError(
-            f"no runs to report in {root}: no folder below it holds a summary.json and a "
-            f"metrics.csv" + (f"; skipped:{reasons}" if skipped else "")
-        )
-    found: list[str] = []
-    for skip in skipped:
-        found.append(f"skipped `{_relative(skip.path, root)}`: {skip.reason}")
-    tasks = Counter(run.task for run in runs)
-    if len(tasks) > 1:
-        listing = ", ".join(f"{task} ({n} runs)" for task, n in tasks.items())
-        if not allow_mixed_tasks:
-            raise ReportError(
-                f"runs of different tasks are mixed in {root}: {listing}. Report each task's "
-                "runs on their own, or pass allow_mixed_tasks=True (--allow-mixed-tasks) to pool "
-                "them, tasks then being the strata of the bootstrap"
-            )
-        found.insert(0, f"runs of different tasks are pooled: {listing}. Arms mix tasks; "
-                        "intervals resample runs within each task")
+    runs, skipped, found = _checked_runs(root, metric, allow_mixed_tasks, ignore)
     arms: dict[str, Arm] = {}
     for run in runs:
         arms.setdefault(run.arm, Arm(run.arm)).runs.append(run)
@@ -192,6 +175,36 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
     return report
+
+
+def _checked_runs(root: Path, metric: str, allow_mixed_tasks: bool, ignore: tuple[str, ...]):
+    """The runs and skipped folders of :func:`scan_runs`, and the warnings they raise.
+
+    Raises:
+        ReportError: No reportable run, or runs of several tasks without ``allow_mixed_tasks``.
+    """
+    runs, skipped = scan_runs(root, metric, ignore)
+    if not runs:
+        reasons = "".join(f"\n  {s.path}: {s.reason}" for s in skipped)
+        raise ReportError(
+            f"no runs to report in {root}: no folder below it holds a summary.json and a "
+            f"metrics.csv" + (f"; skipped:{reasons}" if skipped else "")
+        )
+    found: list[str] = []
+    for skip in skipped:
+        found.append(f"skipped `{_relative(skip.path, root)}`: {skip.reason}")
+    tasks = Counter(run.task for run in runs)
+    if len(tasks) > 1:
+        listing = ", ".join(f"{task} ({n} runs)" for task, n in tasks.items())
+        if not allow_mixed_tasks:
+            raise ReportError(
+                f"runs of different tasks are mixed in {root}: {listing}. Report each task's "
+                "runs on their own, or pass allow_mixed_tasks=True (--allow-mixed-tasks) to pool "
+                "them, tasks then being the strata of the bootstrap"
+            )
+        found.insert(0, f"runs of different tasks are pooled: {listing}. Arms mix tasks; "
+                        "intervals resample runs within each task")
+    return runs, skipped, found
 
 
 def _relative(path: Path, root: Path) -> str:

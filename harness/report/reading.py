@@ -96,10 +96,12 @@ class Arm:
         return list(by_task.values())
 
 
-def scan_runs(multirun_dir: str | Path,
-              metric: str = "success_rate") -> tuple[list[RunRecord], list[SkippedRun]]:
+def scan_runs(multirun_dir: str | Path, metric: str = "success_rate",
+              ignore: tuple[str, ...] = ()) -> tuple[list[RunRecord], list[SkippedRun]]:
     """Every run below ``multirun_dir`` (the folder itself included), with arms assigned, and
-    the folders that look like runs but cannot be reported.
+    the folders that look like runs but cannot be reported. Settings named in ``ignore`` (e.g.
+    ``algo.init_policy`` when each seed's arm starts from that seed's saved start) never define
+    an arm.
 
     A folder looks like a run when it holds ``summary.json``, ``metrics.csv`` or
     ``.hydra/overrides.yaml``; it is reported when it has a readable ``summary.json`` with a
@@ -123,7 +125,7 @@ def scan_runs(multirun_dir: str | Path,
     for folder in sorted(folders, key=lambda f: _job_order(f.relative_to(root))):
         record = _read_run(folder, root, metric)
         (runs if isinstance(record, RunRecord) else skipped).append(record)
-    _assign_arms(runs)
+    _assign_arms(runs, ignore)
     return runs, skipped
 
 
@@ -205,9 +207,9 @@ def _parse_overrides(lines: list[str]) -> dict[str, str]:
     return parsed
 
 
-def _assign_arms(runs: list[RunRecord]) -> list[str]:
-    """Label each run's arm by the settings that vary across runs, ``seed``, ``resume`` and the
-    task left out; returns those keys."""
+def _assign_arms(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Label each run's arm by the settings that vary across runs, ``seed``, ``resume``, the
+    task and ``ignore`` left out; returns those keys."""
     if runs and all(r.overrides is not None for r in runs):
         settings = [dict(r.overrides) for r in runs]
     else:
@@ -217,7 +219,8 @@ def _assign_arms(runs: list[RunRecord]) -> list[str]:
         keys += [k for k in setting if k not in keys]
     varying = [
         k for k in keys
-        if k not in (SEED_KEY, RESUME_KEY) and k not in TASK_KEYS and not k.startswith("hydra.")
+        if k not in (SEED_KEY, RESUME_KEY, *ignore) and k not in TASK_KEYS
+        and not k.startswith("hydra.")
         and len({s.get(k) for s in settings}) > 1
     ]
     varying = _collapse_named_groups(varying, settings)
