@@ -224,6 +224,14 @@ def versions() -> dict:
             for name in ("lerobot", "transformers", "torch")}
 
 
+def verdict(worst: float) -> int:
+    """Print the largest difference against :data:`TOLERANCE` with this side's versions; the
+    exit status: 0 within it, else 1."""
+    print(f"worst {worst:.3g} (tolerance {TOLERANCE}); " + ", ".join(
+        f"{key[8:]} {value}" for key, value in versions().items()))
+    return 0 if worst <= TOLERANCE else 1
+
+
 def make(work: Path) -> int:
     import torch
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
@@ -269,9 +277,7 @@ def load(work: Path) -> int:
             worst = max(worst, difference)
             print(f"{name}: LeRobot loading our folder, {key} vs {ours}: max |diff| = "
                   f"{difference:.3g}")
-    print(f"worst {worst:.3g} (tolerance {TOLERANCE}); " + ", ".join(
-        f"{key[8:]} {value}" for key, value in versions().items()))
-    return 0 if worst <= TOLERANCE else 1
+    return verdict(worst)
 
 
 def load_exported(work: Path) -> int:
@@ -313,9 +319,7 @@ def load_exported(work: Path) -> int:
         worst = max(worst, difference)
         print(f"LeRobot loading {folder.name}: {key} vs ours (patch_positions={rule!r}): "
               f"max |diff| = {difference:.3g} (values up to {float(value.abs().max()):.3g})")
-    print(f"worst {worst:.3g} (tolerance {TOLERANCE}); " + ", ".join(
-        f"{key[8:]} {value}" for key, value in versions().items()))
-    return 0 if worst <= TOLERANCE else 1
+    return verdict(worst)
 
 
 def main(argv: list[str] | None = None) -> int:

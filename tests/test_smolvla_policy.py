@@ -209,18 +209,8 @@ def test_lora_trains_the_adapters_and_the_small_projections_only():
     assert embeddings and not any(p.requires_grad for p in embeddings)
     frozen = sum(p.numel() for p in policy.smolvla.parameters() if not p.requires_grad)
     assert frozen > sum(p.numel() for p in policy.smolvla.parameters() if p.requires_grad)
-    env = tasks.make("reach", **OPTIONS)
-    env.reset(seed=0, options={"difficulty": 0.1})
-    jobs = [Job(env.snapshot(), 0, 0.1)] * 2 + [Job(env.snapshot(), 1, 0.1)] * 2
-    env.close()
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
-    with make_pool(cfg.algo.rollout, 1, spec) as pool:
-        rollout = pool.run(policy, jobs, 1.0, seed=(0, 1))
-    trainer = GroupTrainer(cfg, policy)
-    trainer.max_tokens = policy.max_units(9)
     before = {n: p.detach().clone() for n, p in policy.smolvla.named_parameters()}
-    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
-    trainer.update(rollout, rewards, trainer.advantages(rollout, rewards), np.ones(2, bool))
+    _group_update(cfg, policy)
     moved = {n for n, p in policy.smolvla.named_parameters() if not torch.equal(before[n], p)}
     assert any(".lora_B." in n for n in moved)
     assert all(policy.smolvla.get_parameter(n).requires_grad for n in moved)
