@@ -4,7 +4,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The suite runs in two processes (pytest-xdist), each test file whole on one of them.
+# The suite runs in two processes (pytest-xdist), each test file whole on one of them, and
+# ends by naming its slowest tests (the default suite must stay under 15 minutes on 2 cores).
 TEST_WORKERS ?= 2
 
 # The multi-seed headline: the main job on five seeds, one after the other (each uses both
@@ -18,7 +19,7 @@ run: $(STAMP)
 	$(PY) scripts/main.py
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 seeds: $(STAMP)
 	$(PY) scripts/train.py -m +experiment=main_job seed=$(SEEDS) hydra.launcher.n_jobs=1 \

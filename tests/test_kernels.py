@@ -1,9 +1,9 @@
 """Portable kernels (``HARNESS_KERNELS=portable``, :mod:`harness_common.kernels`): the process
 starts again in place with the variables set, PyTorch, NumPy and llvmpipe then run the same kernels
-whatever the instruction set, and real training runs (state and pixels) give the same metrics
-to the last bit when the instruction sets the libraries may use are cut down to AVX2, as on a
-processor without AVX-512; bad values and sessions that cannot start again are refused by
-name."""
+whatever the instruction set, and real training runs (state; pixels with ``-m slow``) give the
+same metrics to the last bit when the instruction sets the libraries may use are cut down to
+AVX2, as on a processor without AVX-512; bad values and sessions that cannot start again are
+refused by name."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def train(run_dir: Path, overrides: list[str], env: dict[str, str]) -> dict:
             if not any(part in key for part in TIMES)}
 
 
-@pytest.mark.parametrize("kind", list(RUNS))
+@pytest.mark.parametrize("kind", ["state", pytest.param("pixels", marks=pytest.mark.slow)])
 def test_portable_runs_give_the_same_metrics_with_avx2_only_kernels(tmp_path, kind):
     full = train(tmp_path / "full", RUNS[kind], clean_env(HARNESS_KERNELS="portable"))
     cut = train(tmp_path / "cut", RUNS[kind],
