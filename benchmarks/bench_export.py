@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = harness_config.compose(["+experiment=push_easy_pixels"])
     task, options = config.task.name, config.task.env_options()
     env = tasks.make(task, **options)
-    policy = make_policy(config.policy.token_policy_config(), env.observation_space).eval()
+    policy = make_policy(config.policy, env.observation_space).eval()
     observations = sample_observations(env, 256, seed=0)
     env.close()
     model, info = export_onnx(policy, {"task": task, "task_options": options},

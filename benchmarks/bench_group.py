@@ -30,6 +30,7 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import PerWorkerPool
 from harness.algos.records import EngineSpec, Job
 from harness.policies import make as make_policy
+from harness.policies.saving import policy_record
 from harness_common.files import atomic_write_text
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = harness_config.compose(overrides)
     options = config.task.env_options()
     env = tasks.make("push", **options)
-    policy = make_policy(config.policy.token_policy_config(), env.observation_space)
+    policy = make_policy(config.policy, env.observation_space)
     starts = tasks.make("push", **{**options, "obs_mode": "state"})
     jobs = []
     for group in range(args.groups):
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{attempts} attempts ({args.groups} start states x {args.group_size}), pixel push 84x84")
     rollout = None
     for workers in (1, 2):
-        pool = PerWorkerPool(EngineSpec("push", options, policy.config, policy.obs_shapes,
+        pool = PerWorkerPool(EngineSpec("push", options, policy_record(policy),
                                         -(-attempts // workers)), workers)
         pool.run(policy, jobs[: 2 * workers], 1.0, seed=0)  # warm: renderers, imports
         start = time.perf_counter()
@@ -83,10 +84,10 @@ def main(argv: list[str] | None = None) -> dict:
     # The same jobs without a camera: the difference of env time is rendering.
     state_options = {**options, "obs_mode": "state"}
     state_config = harness_config.compose([*common, "task.obs_mode=state", "policy=mlp"])
-    state_policy = make_policy(state_config.policy.token_policy_config(),
+    state_policy = make_policy(state_config.policy,
                                starts.observation_space)
-    pool = PerWorkerPool(EngineSpec("push", state_options, state_policy.config,
-                                    state_policy.obs_shapes, attempts), 1)
+    pool = PerWorkerPool(EngineSpec("push", state_options, policy_record(state_policy),
+                                    attempts), 1)
     state_rollout = pool.run(state_policy, jobs, 1.0, seed=1)
     pool.close()
     pixel_steps = int(rollout.lengths.sum())
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"({update_s / frozen_s:.1f}x)")
     # ... and as the trainer runs it: the workers send the features they sampled from, so the
     # update encodes nothing (the same attempts and the same update, to the last bit).
-    pool = PerWorkerPool(EngineSpec("push", options, policy.config, policy.obs_shapes,
+    pool = PerWorkerPool(EngineSpec("push", options, policy_record(policy),
                                     -(-attempts // 2), image_features=True), 2)
     featured = pool.run(policy, jobs, 1.0, seed=1)
     pool.close()

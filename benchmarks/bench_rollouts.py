@@ -34,6 +34,7 @@ from harness.algos.pools import PerWorkerPool
 from harness.algos.records import EngineSpec, Job
 from harness.config.algos import RolloutConfig
 from harness.policies import make as make_policy
+from harness.policies.saving import policy_record
 from harness_common.files import atomic_write_text
 
 # (backend, mode): policy copies in processes (the reference) and in Ray actors; one policy in
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
                                      f"policy={policy_name}", *extra, "algo=grpo", "logger=none"])
     options = config.task.env_options()
     env = tasks.make("push", **options)
-    policy = make_policy(config.policy.token_policy_config(), env.observation_space)
+    policy = make_policy(config.policy, env.observation_space)
     policy = policy.to(args.device)
     env.close()
     starts = tasks.make("push", **{**options, "obs_mode": "state"})
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.obs}, {policy_name}; best of {args.repeats} calls each")
 
     def pool_for(backend: str, mode: str, workers: int):
-        spec = EngineSpec("push", options, policy.config, policy.obs_shapes,
+        spec = EngineSpec("push", options, policy_record(policy),
                           -(-attempts // workers))
         settings = RolloutConfig(backend=backend, cpus_per_worker=1)
         if mode == "batched":

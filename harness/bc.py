@@ -1,12 +1,12 @@
-"""Behaviour cloning of a token policy on demonstrations, and its evaluation in the task.
+"""Behaviour cloning of a policy on demonstrations, and its evaluation in the task.
 
-Each expert action dimension is discretised into the policy's ``K`` bins
-(:func:`harness.policies.actions_to_tokens`) and the policy is trained by cross-entropy on those
-tokens, as RT-2 / OpenVLA fine-tune on robot data. Pixels are augmented by random shifts (DrQ,
-Kostrikov et al. 2020), which matters with few demonstrations. A policy with action chunks
-(``chunk_size = H``) learns at step ``t`` the expert's actions ``t .. t+H-1`` of the same
-episode; the slots past an episode's end are masked out of the loss
-(:func:`harness.policies.chunks.chunk_targets` says why).
+The policy trains by its own loss on the demonstrated actions (:meth:`harness.policies.Policy.
+bc_loss`): the tokens head by cross-entropy on each action dimension's nearest of its ``K`` bins,
+as RT-2 / OpenVLA fine-tune on robot data, a Gaussian head by the likelihood, a flow by flow
+matching. Pixels are augmented by random shifts (DrQ, Kostrikov et al. 2020), which matters with
+few demonstrations. A policy with action chunks (``chunk_size = H``) learns at step ``t`` the
+expert's actions ``t .. t+H-1`` of the same episode; the slots past an episode's end are masked
+out of the loss (:func:`harness.policies.chunks.chunk_targets` says why).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from harness.bc_validation import token_cross_entropy, validate
+from harness.bc_validation import validate
 from harness.config.algos import BC_KEEP
 from harness.demos import Demos
-from harness.policies import TokenPolicy, actions_to_tokens, obs_to_batch
+from harness.policies import Policy, obs_to_batch
 from harness.policies.chunks import chunk_targets
 from harness_common.stats import wilson_interval
 
@@ -54,43 +54,33 @@ def random_shift(pixels: torch.Tensor, pad: int, generator: torch.Generator) -> 
     return pixels[index, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
 
 
-def bc_targets(policy: TokenPolicy, demos: Demos,
+def bc_targets(policy: Policy, demos: Demos,
                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The targets of every demo step and which of them are actions of the step's episode
-    (``None``: all of them, as with one action).
-
-    For a token policy, target tokens and their mask, ``(N, chunk_size * action_dim)`` each;
-    for a continuous head, the chunks of actions ``(N, chunk_size, action_dim)`` and a step mask
-    ``(N, chunk_size)``.
-    """
-    config = policy.config
-    targets, valid = chunk_targets(demos.actions, demos.episode_ids, config.chunk_size)
-    if policy.continuous:
-        chunks = torch.as_tensor(np.asarray(targets, dtype=np.float32), device=device)
-        return chunks, None if valid is None else torch.as_tensor(valid, device=device)
-    tokens = actions_to_tokens(targets.reshape(len(targets), -1), config.num_bins).to(device)
-    if valid is None:
-        return tokens, None
-    return tokens, torch.as_tensor(np.repeat(valid, config.action_dim, axis=1), device=device)
+    """The target chunk of every demo step, ``(N, chunk_size, action_dim)``, and which of its
+    slots are actions of the step's episode, ``(N, chunk_size)`` (``None``: all of them, as with
+    one action)."""
+    targets, valid = chunk_targets(demos.actions, demos.episode_ids, policy.spec.chunk_size)
+    chunks = torch.as_tensor(np.asarray(targets, dtype=np.float32), device=device)
+    return chunks, None if valid is None else torch.as_tensor(valid, device=device)
 
 
 def pretrain_bc(
-    policy: TokenPolicy, demos: Demos, epochs: int = 250, lr: float = 3e-3,
+    policy: Policy, demos: Demos, epochs: int = 250, lr: float = 3e-3,
     batch_size: int = 32, seed: int = 0, augment: bool = True, shift_pad: int = 4,
     weight_decay: float = 1e-4, val_fraction: float = 0.1, keep: str = "last",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train ``policy`` in place, on its device, by cross-entropy on the demos' action tokens.
+    """Train ``policy`` in place, on its device, by its loss on the demos' action chunks.
 
     A policy with an input normalisation (the MLP's ``normalize_state``) first fits it on the
-    training steps (:meth:`harness.policies.TokenPolicy.fit_normalizer`).
+    training steps (:meth:`harness.policies.Policy.fit_normalizer`).
 
     Episodes, not steps, are split into training and validation (consecutive steps are nearly
     identical, so a step split would validate on the training set). The policy is left in eval
     mode with the weights ``keep`` names (why the last epoch is the default: :class:`_BestEpoch`).
 
     Args:
-        policy: The token policy; its ``num_bins`` sets the discretisation.
+        policy: The policy.
         demos: Demonstrations with every observation key the policy reads.
         epochs: Passes over the training steps.
         lr: AdamW learning rate.
@@ -104,9 +94,6 @@ def pretrain_bc(
         keep: ``"last"`` (the last epoch's weights) or ``"best_val_loss"`` (the epoch with the
             lowest validation loss; the last epoch when there is no validation split).
         progress: Show a progress bar over epochs.
-
-    A policy with a continuous action head (``gaussian``, ``flow``) trains by its head's loss
-    on chunks of demonstrated actions instead (:meth:`harness.policies.TokenPolicy.bc_loss`).
 
     Returns:
         Metrics of the last epoch, ``bc/train_loss``, ``bc/val_loss``, ``bc/val_accuracy`` (share
@@ -125,7 +112,7 @@ def pretrain_bc(
     _check_bc_settings(epochs, batch_size, lr, shift_pad, val_fraction, keep)
     device = next(policy.parameters()).device
     obs = _policy_inputs(policy, demos, device)
-    tokens, valid = bc_targets(policy, demos, device)  # (N, H * A) each
+    chunks, valid = bc_targets(policy, demos, device)  # (N, H, A), (N, H)
     train_idx, val_idx = (i.to(device) for i in
                           split_by_episode(demos.episode_ids, val_fraction, seed))
     normalizer = policy.fit_normalizer({key: value[train_idx] for key, value in obs.items()})
@@ -137,9 +124,9 @@ def pretrain_bc(
     for epoch in tqdm(range(1, epochs + 1), desc="bc", disable=not progress, leave=False):
         order = train_idx[torch.randperm(len(train_idx), generator=generator)]
         # a pad of 0 shifts nothing and draws nothing: the same as no augmentation
-        losses = _train_epoch(policy, obs, (tokens, valid), order, optimizer, generator,
+        losses = _train_epoch(policy, obs, (chunks, valid), order, optimizer, generator,
                               batch_size, shift_pad if augment else 0, epoch)
-        validation = validate(policy, obs, (tokens, valid), val_idx, batch_size)
+        validation = validate(policy, obs, (chunks, valid), val_idx, batch_size)
         history.append({"bc/train_loss": float(np.mean(losses)), **validation})
         best.update(epoch, validation["bc/val_loss"], policy)
     kept = best.restore(policy, epochs)
@@ -170,13 +157,13 @@ class _BestEpoch:
         self.keep, self.epoch, self.val_loss = keep, 0, math.inf
         self.state: dict[str, torch.Tensor] | None = None
 
-    def update(self, epoch: int, val_loss: float, policy: TokenPolicy) -> None:
+    def update(self, epoch: int, val_loss: float, policy: Policy) -> None:
         if val_loss < self.val_loss:  # never true without a validation split: the loss is NaN
             self.epoch, self.val_loss = epoch, val_loss
             if self.keep == "best_val_loss":
                 self.state = copy.deepcopy(policy.state_dict())
 
-    def restore(self, policy: TokenPolicy, epochs: int) -> dict[str, float]:
+    def restore(self, policy: Policy, epochs: int) -> dict[str, float]:
         """Load the kept weights, if any, into ``policy``.
 
         Returns:
@@ -205,7 +192,7 @@ def _check_bc_settings(epochs: int, batch_size: int, lr: float, shift_pad: int,
 
 
 def _train_epoch(
-    policy: TokenPolicy,
+    policy: Policy,
     obs: Mapping[str, torch.Tensor],
     targets: tuple[torch.Tensor, torch.Tensor | None],
     order: torch.Tensor,
@@ -215,8 +202,8 @@ def _train_epoch(
     shift_pad: int,
     epoch: int,
 ) -> list[float]:
-    """One pass of cross-entropy steps over the steps ``order`` lists, in that order, on
-    ``targets``: the tokens and which count (:func:`bc_targets`).
+    """One pass of the policy's behaviour-cloning steps over the steps ``order`` lists, in that
+    order, on ``targets``: the chunks and which of their slots count (:func:`bc_targets`).
 
     Returns:
         The loss of each minibatch.
@@ -226,18 +213,13 @@ def _train_epoch(
     """
     policy.train()
     losses = []
-    tokens, valid = targets
+    chunks, valid = targets
     for batch_idx in order.split(batch_size):
         batch = {key: value[batch_idx] for key, value in obs.items()}
         if "pixels" in batch:
             batch["pixels"] = random_shift(batch["pixels"], shift_pad, generator)
-        if policy.continuous:  # a continuous head: its own loss on the chunks
-            loss = policy.bc_loss(batch, tokens[batch_idx],
-                                  None if valid is None else valid[batch_idx], generator)
-        else:  # the demo's own tokens condition an autoregressive policy (teacher forcing)
-            loss = token_cross_entropy(policy.logits(batch, tokens[batch_idx]),
-                                       tokens[batch_idx],
-                                       None if valid is None else valid[batch_idx])
+        loss = policy.bc_loss(batch, chunks[batch_idx],
+                              None if valid is None else valid[batch_idx], generator)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"BC loss is {loss.item()} at epoch {epoch}; try a lower "
                                      f"lr than {optimizer.param_groups[0]['lr']}")
@@ -249,7 +231,7 @@ def _train_epoch(
 
 
 def _policy_inputs(
-    policy: TokenPolicy, demos: Demos, device: torch.device
+    policy: Policy, demos: Demos, device: torch.device
 ) -> dict[str, torch.Tensor]:
     """The demos' observations the policy was built for, as tensors, checked against its shapes."""
     shared = [key for key in policy.obs_shapes if key in demos.obs]
@@ -260,13 +242,12 @@ def _policy_inputs(
                 f" built for {policy.obs_shapes[key]}"
             )
     obs = obs_to_batch({key: demos.obs[key] for key in shared}, device=device, batched=True)
-    probe = policy.logits if not policy.continuous else policy.features
     try:
         with torch.no_grad():
-            probe({key: value[:1] for key, value in obs.items()})
+            policy.features({key: value[:1] for key, value in obs.items()})
     except KeyError as error:
         raise ValueError(
-            f"the {policy.config.kind} policy reads observation {error.args[0]!r}, which the"
+            f"the {policy.spec.kind} policy reads observation {error.args[0]!r}, which the"
             f" demos lack (they have {sorted(demos.obs)})"
         ) from None
     return obs
@@ -286,7 +267,7 @@ def split_by_episode(
 
 
 def evaluate_policy(
-    policy: TokenPolicy,
+    policy: Policy,
     env: gym.Env | Callable[[], gym.Env],
     episodes: int,
     seed: int,
@@ -299,7 +280,7 @@ def evaluate_policy(
     ``seed`` face the same start states; success is ``info["is_success"]`` on the last step.
 
     Args:
-        policy: The token policy, fed the environment's observations.
+        policy: The policy, fed the environment's observations.
         env: An environment (left open) or a function that builds one (closed at the end).
         episodes: Episodes to play, >= 1.
         seed: Seed of the first episode; when sampling, it also seeds the token sampling (the
@@ -323,7 +304,7 @@ def evaluate_policy(
     options = None if difficulty is None else {"difficulty": float(difficulty)}
     was_training = policy.training
     policy.eval()
-    steps = policy.config.steps_per_decision
+    steps = policy.spec.execute_steps
     successes, lengths = 0, []
     try:
         with torch.random.fork_rng(devices=[]):

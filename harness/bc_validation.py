@@ -1,6 +1,6 @@
-"""What behaviour cloning measures: the token cross-entropy it trains token policies by, and
-its held-out figures (loss, exact-token accuracy and the greedy actions' error), for token
-policies and for the continuous action heads alike."""
+"""What behaviour cloning measures on held-out demos: its loss, the exact-token accuracy (tokens
+only) and the greedy actions' error, for every action head alike (each policy scores a batch,
+:meth:`harness.policies.Policy.bc_scores`)."""
 
 from __future__ import annotations
 
@@ -8,34 +8,13 @@ import math
 from collections.abc import Mapping
 
 import torch
-from torch.nn import functional as F
 
-from harness.policies import TokenPolicy, tokens_to_actions
-
-
-def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor,
-                        valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy over every action token, or over the ``valid`` ones.
-
-    Args:
-        logits: ``(B, T, K)`` token scores (``T``: the tokens of a decision).
-        tokens: ``(B, T)`` int64 target tokens.
-        valid: ``(B, T)`` bool, the tokens that count (a chunk's slots past the end of its
-            episode do not); ``None``: all.
-
-    Returns:
-        Scalar loss.
-    """
-    if valid is None:
-        return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
-    losses = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
-    weights = valid.flatten().to(losses.dtype)
-    return (losses * weights).sum() / weights.sum().clamp(min=1.0)
+from harness.policies import Policy
 
 
 @torch.no_grad()
 def validate(
-    policy: TokenPolicy,
+    policy: Policy,
     obs: Mapping[str, torch.Tensor],
     targets: tuple[torch.Tensor, torch.Tensor | None],
     val_idx: torch.Tensor,
@@ -48,45 +27,17 @@ def validate(
         return {"bc/val_loss": math.nan, "bc/val_accuracy": math.nan,
                 "bc/val_action_error": math.nan}
     policy.eval()
-    if policy.continuous:
-        return _validate_continuous(policy, obs, targets, val_idx, batch_size)
-    tokens, valid = targets
-    bins = policy.config.num_bins
-    loss_sum, correct, error = 0.0, 0, 0.0
-    for batch_idx in val_idx.split(batch_size):
-        target = tokens[batch_idx]
-        logits = policy.logits({key: value[batch_idx] for key, value in obs.items()}, target)
-        predicted = logits.argmax(dim=-1)
-        distance = (tokens_to_actions(predicted, bins) - tokens_to_actions(target, bins)).abs()
-        if valid is None:
-            loss_sum += token_cross_entropy(logits, target).item() * target.numel()
-            correct += (predicted == target).sum().item()
-            error += distance.sum().item()
-        else:
-            counted = valid[batch_idx]
-            loss_sum += token_cross_entropy(logits, target, counted).item() * counted.sum().item()
-            correct += ((predicted == target) & counted).sum().item()
-            error += (distance * counted).sum().item()
-    count = tokens[val_idx].numel() if valid is None else valid[val_idx].sum().item()
-    return {"bc/val_loss": loss_sum / count, "bc/val_accuracy": correct / count,
-            "bc/val_action_error": error / count}
-
-
-def _validate_continuous(policy, obs, targets, val_idx, batch_size) -> dict[str, float]:
-    """:func:`_validate` for a continuous head: its loss (a flow head's with noise from a
-    fixed seed, so that epochs compare) and the greedy actions' error; no token accuracy."""
     chunks, valid = targets
+    # A flow head's loss draws noise: from a fixed seed, so that epochs compare.
     generator = torch.Generator(device=chunks.device).manual_seed(0)
-    loss_sum, error, count = 0.0, 0.0, 0.0
+    loss_sum, correct, error, count = 0.0, 0.0, 0.0, 0.0
     for batch_idx in val_idx.split(batch_size):
-        batch = {key: value[batch_idx] for key, value in obs.items()}
-        target = chunks[batch_idx]
-        steps = (torch.ones(target.shape[:2], dtype=torch.bool, device=target.device)
-                 if valid is None else valid[batch_idx])
-        entries = steps.sum().item() * policy.config.action_dim
-        loss_sum += policy.bc_loss(batch, target, steps, generator).item() * entries
-        _, greedy = policy.act(batch, deterministic=True)
-        error += ((greedy - target).abs() * steps.unsqueeze(-1)).sum().item()
-        count += entries
-    return {"bc/val_loss": loss_sum / count, "bc/val_accuracy": math.nan,
+        scores = policy.bc_scores({key: value[batch_idx] for key, value in obs.items()},
+                                  chunks[batch_idx], None if valid is None else valid[batch_idx],
+                                  generator)
+        loss_sum += scores.loss_sum
+        correct += scores.correct
+        error += scores.error_sum
+        count += scores.count
+    return {"bc/val_loss": loss_sum / count, "bc/val_accuracy": correct / count,
             "bc/val_action_error": error / count}

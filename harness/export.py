@@ -12,12 +12,14 @@ chunks (``chunk_size = H > 1``) gives the whole chunk: ``logits`` ``(B, H * acti
 num_bins)``, ``tokens`` ``(B, H * action_dim)`` and ``actions`` ``(B, H, action_dim)``; the
 record's ``execute_steps`` says how many of them the deploy side plays per decision.
 
-A continuous action head (``policy.action_head=gaussian|flow``) gives ``actions`` alone, the
-torch policy's greedy decode traced as it is (:meth:`ActionHead.greedy
-<harness.policies.head_base.ActionHead.greedy>`): ``tanh`` of the Gaussian's mean chunk, or the
+A continuous action head (``policy/head=gaussian|flow``) gives ``actions`` alone, the torch
+policy's greedy decode traced as it is (:meth:`ActionHead.greedy
+<harness.policies.heads.ActionHead.greedy>`): ``tanh`` of the Gaussian's mean chunk, or the
 flow's ``K`` noiseless Euler steps from ``x_0 = 0`` (unrolled, ``K`` fixed), clipped to
-``[-1, 1]``. The record names the head and its rule (:data:`GREEDY_RULES`); the parity check
-compares these float actions within the tolerance, where tokens compare an exact arg-max.
+``[-1, 1]``. The record names the head and its rule (the head's ``greedy_rule``); the parity
+check compares these float actions within the tolerance, where tokens compare an exact arg-max.
+What the graph computes is the policy's own (:meth:`harness.policies.Policy.export_graph`): the
+mlp and tiny_vla networks export with any head; the other kinds refuse by name.
 
 Exporter: ``torch.onnx.export(..., dynamo=False)``, the TorchScript tracer, at opset
 :data:`OPSET`. The ``torch.export``-based exporter that torch 2.9+ uses by default needs the
@@ -35,7 +37,6 @@ import io
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,61 +46,16 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from harness.deploy import (
-    BIN_CENTRES_RULE,
-    CONTINUOUS_OUTPUTS,
-    EXPORT_FORMAT,
-    METADATA_KEY,
-    OUTPUTS,
-    observation_dtype,
-)
-from harness.policies import MLPTokenPolicy, TinyVLA, TokenPolicy, obs_to_batch, tokens_to_actions
+from harness.deploy import EXPORT_FORMAT, METADATA_KEY, observation_dtype
+from harness.policies import Policy, obs_to_batch
 
 OPSET = 17
 _TORCH_DTYPES = {"uint8": torch.uint8, "int64": torch.int64, "float32": torch.float32}
-# What the graph of each continuous head computes from the policy's features f (the record's
-# greedy_rule); a token policy's is BIN_CENTRES_RULE on its greedy tokens.
-GREEDY_RULES = {
-    "gaussian": "actions = tanh(mean(f)), the squashed mean of the Gaussian over the chunk",
-    "flow": "x_0 = 0; x_(k+1) = x_k + v(x_k, k / K, f) / K for k = 0 .. K-1 (K = flow_steps); "
-            "actions = clip(x_K, -1, 1)",
-}
 
 
-def exportable_head(policy: TokenPolicy) -> str:
-    """``policy``'s action head, if this module can export it: any head of the ``mlp`` and
-    ``tiny_vla`` policies (token policies of other classes are refused by :func:`input_keys`).
-
-    Raises:
-        ValueError: A continuous head on another policy kind (``smolvla``'s flow expert),
-            naming the kind and the head.
-    """
-    head = getattr(policy.config, "action_head", "tokens")
-    if head != "tokens" and not isinstance(policy, (MLPTokenPolicy, TinyVLA)):
-        raise ValueError(f"policy.kind={policy.config.kind!r}, policy.action_head={head!r}: "
-                         "ONNX export covers tokens, gaussian and flow heads on the mlp and "
-                         "tiny_vla policies only; export a policy of kind 'mlp' or 'tiny_vla'")
-    return head
-
-
-def input_keys(policy: TokenPolicy) -> tuple[str, ...]:
-    """The observation keys ``policy`` reads: the graph's inputs, in order.
-
-    Raises:
-        TypeError: A policy class this module does not know how to export.
-    """
-    if isinstance(policy, MLPTokenPolicy):
-        keys = ["state"]
-    elif isinstance(policy, TinyVLA):
-        keys = ["pixels"]
-    else:
-        raise TypeError(f"cannot export a {type(policy).__name__}; only MLPTokenPolicy (mlp) and"
-                        " TinyVLA (tiny_vla) token policies")
-    if policy.use_instruction:
-        keys.append("instruction")
-    if getattr(policy, "use_proprio", False):
-        keys.append("proprio")
-    return tuple(keys)
+def input_keys(policy: Policy) -> tuple[str, ...]:
+    """The observation keys ``policy`` reads: the graph's inputs, in order."""
+    return policy.spec.input_keys
 
 
 class WindowAveragePool(nn.Module):
@@ -132,7 +88,7 @@ def _window_means(size: int, windows: int) -> torch.Tensor:
     return matrix
 
 
-def _fixed_pools(policy: TokenPolicy, example: Mapping[str, torch.Tensor]) -> TokenPolicy:
+def _fixed_pools(policy: Policy, example: Mapping[str, torch.Tensor]) -> Policy:
     """``policy`` with each ``nn.AdaptiveAvgPool2d`` replaced by the :class:`WindowAveragePool`
     of the input size it sees on ``example`` (fixed, since the image size is)."""
     sizes: dict[str, tuple[int, ...]] = {}
@@ -150,43 +106,8 @@ def _fixed_pools(policy: TokenPolicy, example: Mapping[str, torch.Tensor]) -> To
     return policy
 
 
-class GreedyGraph(nn.Module):
-    """Raw observation arrays, positionally in ``keys`` order -> ``(logits, tokens, actions)``."""
-
-    def __init__(self, policy: TokenPolicy, keys: Sequence[str]) -> None:
-        super().__init__()
-        self.policy = policy
-        self.keys = tuple(keys)
-
-    def forward(self, *arrays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits = self.policy.logits(dict(zip(self.keys, arrays, strict=True)))
-        tokens = logits.argmax(dim=-1)
-        actions = tokens_to_actions(tokens, self.policy.config.num_bins)
-        if self.policy.config.chunk_size > 1:  # one action keeps the (B, action_dim) of old
-            actions = actions.view(-1, self.policy.config.chunk_size,
-                                   self.policy.config.action_dim)
-        return logits, tokens, actions
-
-
-class GreedyActionGraph(nn.Module):
-    """Raw observation arrays, positionally in ``keys`` order -> the greedy ``actions`` of a
-    continuous head, ``(B, action_dim)``, or ``(B, chunk_size, action_dim)`` for a chunk."""
-
-    def __init__(self, policy: TokenPolicy, keys: Sequence[str]) -> None:
-        super().__init__()
-        self.policy = policy
-        self.keys = tuple(keys)
-
-    def forward(self, *arrays: torch.Tensor) -> torch.Tensor:
-        features = self.policy.features(dict(zip(self.keys, arrays, strict=True)))
-        actions = self.policy.head.greedy(features)  # (B, chunk_size, action_dim)
-        if self.policy.config.chunk_size == 1:  # one action: (B, action_dim), as tokens give
-            actions = actions.view(-1, self.policy.config.action_dim)
-        return actions
-
-
 def export_onnx(
-    policy: TokenPolicy,
+    policy: Policy,
     record: Mapping[str, Any],
     observations: Sequence[Mapping[str, np.ndarray]] = (),
     tolerance: float = 1e-4,
@@ -212,13 +133,12 @@ def export_onnx(
         date (UTC).
 
     Raises:
-        TypeError: A policy class that cannot be exported.
-        ValueError: A continuous head on a policy other than ``mlp`` and ``tiny_vla``,
-            ``record`` lacks ``task`` or ``task_options``, the exporter fails on a layer, or
+        TypeError: A kind that ONNX export does not cover (``hf_vla``, ``smolvla``), by name.
+        ValueError: ``record`` lacks ``task`` or ``task_options``, the exporter fails on a layer, or
             the graph does not reproduce the policy within ``tolerance`` (the message gives the
             figures).
     """
-    head = exportable_head(policy)
+    actions = policy.export_record()  # refuses a kind that ONNX export does not cover
     missing = [key for key in ("task", "task_options") if key not in record]
     if missing:
         raise ValueError(f"the export record lacks {missing}; the deploy side needs the task")
@@ -229,46 +149,30 @@ def export_onnx(
                     for entry in inputs)
     copied = copy.deepcopy(policy).cpu().eval()
     copied = _fixed_pools(copied, dict(zip(keys, example, strict=True)))
-    module = GreedyGraph(copied, keys) if head == "tokens" else GreedyActionGraph(copied, keys)
-    outputs = OUTPUTS if head == "tokens" else CONTINUOUS_OUTPUTS
-    traced = _trace(module, example, keys, policy.config.kind, outputs)
+    kind, head, outputs = policy.spec.kind, actions["action_head"], actions["outputs"]
+    traced = _trace(copied.export_graph(keys), example, keys, kind, outputs)
     model = onnx.load_from_string(traced)
     onnx.checker.check_model(model)
     parity = compare_with_torch(traced, policy, observations) if observations else None
     if parity is not None:
-        _check_parity(parity, tolerance, policy.config.kind, head)
-    config = policy.config
+        _check_parity(parity, tolerance, kind, head)
     full = {
         "format": EXPORT_FORMAT,
         **record,
-        "policy": asdict(config),
+        "policy": {"kind": kind, **policy.config.to_saved()},
         "inputs": inputs,
-        "action_head": head,
-        "outputs": list(outputs),
-        **_action_record(policy),
+        **actions,
         "exporter": {"torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET,
                      "method": "torch.onnx.export(dynamo=False)"},
         "parity": None if parity is None else {**parity, "tolerance": tolerance},
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(full)})
-    what = "logits, greedy tokens, actions" if head == "tokens" else "greedy actions"
-    model.doc_string = (f"{config.kind} {'token' if head == 'tokens' else head} policy for task "
+    what = ", ".join("greedy tokens" if name == "tokens" else name for name in outputs)
+    model.doc_string = (f"{kind} {'token' if head == 'tokens' else head} policy for task "
                         f"{record['task']!r}: raw observation arrays -> {what}; see the "
                         f"{METADATA_KEY!r} metadata")
     return model.SerializeToString(), full
-
-
-def _action_record(policy: TokenPolicy) -> dict[str, Any]:
-    """The record's fields on the actions: sizes, and the bins of tokens or the greedy rule of
-    a continuous head."""
-    config = policy.config
-    sizes = {"action_dim": config.action_dim, "chunk_size": config.chunk_size,
-             "execute_steps": config.steps_per_decision}
-    if policy.continuous:
-        return {**sizes, "greedy_rule": GREEDY_RULES[config.action_head]}
-    return {"num_bins": config.num_bins, **sizes, "bin_centres_rule": BIN_CENTRES_RULE,
-            "bin_centres": np.linspace(-1.0, 1.0, config.num_bins).tolist()}
 
 
 def _check_parity(parity: Mapping[str, Any], tolerance: float, kind: str, head: str) -> None:
@@ -279,7 +183,7 @@ def _check_parity(parity: Mapping[str, Any], tolerance: float, kind: str, head: 
             action that differs; a continuous head: an action difference above ``tolerance``.
             The message gives the figures.
     """
-    if head == "tokens":
+    if "max_abs_logit_diff" in parity:
         if (parity["max_abs_logit_diff"] > tolerance or parity["token_mismatches"]
                 or parity["action_mismatches"]):
             raise ValueError(f"the ONNX graph does not reproduce the {kind} policy: "
@@ -291,7 +195,7 @@ def _check_parity(parity: Mapping[str, Any], tolerance: float, kind: str, head: 
 
 
 def _trace(module: nn.Module, example: tuple[torch.Tensor, ...], keys: Sequence[str],
-           kind: str, outputs: Sequence[str] = OUTPUTS) -> bytes:
+           kind: str, outputs: Sequence[str]) -> bytes:
     """The ONNX bytes of ``module`` traced on ``example``, every axis 0 a dynamic batch, its
     outputs named ``outputs``.
 
@@ -314,9 +218,10 @@ def _trace(module: nn.Module, example: tuple[torch.Tensor, ...], keys: Sequence[
     return buffer.getvalue()
 
 
-def compare_with_torch(model: bytes, policy: TokenPolicy,
+def compare_with_torch(model: bytes, policy: Policy,
                        observations: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
-    """Run the exported graph and the torch policy on the same observations, as one batch.
+    """Run the exported graph and the torch policy's own greedy graph
+    (:meth:`harness.policies.Policy.export_graph`) on the same observations, as one batch.
 
     Args:
         model: The ONNX model bytes.
@@ -326,29 +231,28 @@ def compare_with_torch(model: bytes, policy: TokenPolicy,
     Returns:
         ``observations`` (the count), ``max_abs_logit_diff``, and ``token_mismatches`` and
         ``action_mismatches``: greedy tokens, and their actions, that differ from the torch
-        policy's greedy :meth:`~harness.policies.TokenPolicy.act`, over all dimensions. With a
-        continuous head: ``observations`` and ``max_abs_action_diff``, the largest absolute
-        difference from the greedy actions of ``act``.
+        policy's, over all dimensions. With a continuous head (no logits): ``observations``
+        and ``max_abs_action_diff``, the largest absolute difference from the torch policy's
+        greedy actions.
     """
     policy = copy.deepcopy(policy).cpu().eval()
+    keys = input_keys(policy)
     batch = obs_to_batch(list(observations))
+    outputs = policy.export_record()["outputs"]
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    feeds = {key: batch[key].numpy() for key in input_keys(policy)}
-    if policy.continuous:
-        with torch.no_grad():
-            _, expected_actions = policy.act(batch, deterministic=True)
-        (actions,) = session.run(list(CONTINUOUS_OUTPUTS), feeds)
-        difference = np.abs(actions - expected_actions.numpy().reshape(actions.shape))
-        return {"observations": len(observations), "max_abs_action_diff": float(difference.max())}
+    got = dict(zip(outputs, session.run(list(outputs), {key: batch[key].numpy() for key in keys}),
+                   strict=True))
     with torch.no_grad():
-        expected = policy.logits(batch)
-        expected_tokens, expected_actions = policy.act(batch, deterministic=True)
-    logits, tokens, actions = session.run(list(OUTPUTS), feeds)
+        expected = policy.export_graph(keys)(*(batch[key] for key in keys))
+    expected = {name: value.numpy().reshape(got[name].shape)
+                for name, value in zip(outputs, expected, strict=True)}
+    if "logits" not in got:
+        difference = np.abs(got["actions"] - expected["actions"])
+        return {"observations": len(observations), "max_abs_action_diff": float(difference.max())}
     return {"observations": len(observations),
-            "max_abs_logit_diff": float(np.abs(logits - expected.numpy()).max()),
-            "token_mismatches": int((tokens != expected_tokens.numpy()).sum()),
-            "action_mismatches": int(
-                (actions != expected_actions.numpy().reshape(actions.shape)).sum())}
+            "max_abs_logit_diff": float(np.abs(got["logits"] - expected["logits"]).max()),
+            "token_mismatches": int((got["tokens"] != expected["tokens"]).sum()),
+            "action_mismatches": int((got["actions"] != expected["actions"]).sum())}
 
 
 def sample_observations(env, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

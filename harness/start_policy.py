@@ -1,4 +1,4 @@
-"""The start of group fine-tuning: a token policy cloned on scripted-expert demonstrations.
+"""The start of group fine-tuning: a policy cloned on scripted-expert demonstrations.
 
 :func:`cloned_start_policy` records the demos once per task, environment options and difficulty
 (cached in :func:`harness.demos.demo_cache_dir`, one file each: :func:`demo_file`), optionally
@@ -26,7 +26,7 @@ from harness.bc import pretrain_bc
 from harness.config.algos import BC_KEEP
 from harness.demos import collect_demos, demo_cache_dir, load_demos
 from harness.lerobot import load_lerobot
-from harness.policies import TokenPolicy, resolve_device, save_policy
+from harness.policies import Policy, resolve_device
 from harness.policies import make as make_policy
 from harness.state_pretraining import pretrain_state_features
 
@@ -103,27 +103,29 @@ class CloneOptions:
             raise ValueError(f"bc_keep={self.bc_keep!r}; choose one of {BC_KEEP}")
 
 
-def check_start_policy(held, wanted, path: str | os.PathLike) -> None:
+def check_start_policy(held: Policy, wanted, path: str | os.PathLike) -> None:
     """Refuse a loaded start policy (``algo.init_policy``) that this run cannot fine-tune as
     configured: another kind, or other action chunks (its head predicts ``chunk_size``
     actions, and what it was cloned to execute is part of what it learnt).
 
     Args:
-        held: The loaded policy's ``TokenPolicyConfig``.
-        wanted: The run's ``TokenPolicyConfig``.
+        held: The loaded policy.
+        wanted: The run's policy config.
         path: The file, for the message.
 
     Raises:
         ValueError: Naming the file and both sets of values.
     """
-    names = ("kind", "chunk_size", "execute_steps")
-    have, need = ({name: getattr(config, name) for name in names} for config in (held, wanted))
+    spec = held.spec
+    have = {"kind": spec.kind, "chunk_size": spec.chunk_size, "execute_steps": spec.execute_steps}
+    need = {"kind": wanted.name, "chunk_size": wanted.chunk_size,
+            "execute_steps": wanted.steps_per_decision}
     if have != need:
         raise ValueError(f"algo.init_policy={path} holds a policy with {have}; this run's "
                          f"policy has {need}")
 
 
-def keep_start_policy(policy: TokenPolicy, run_dir: str | os.PathLike,
+def keep_start_policy(policy: Policy, run_dir: str | os.PathLike,
                       init_policy: str | None = None) -> str | None:
     """Where a run's start policy can be loaded from by ``algo.init_policy`` of another run.
 
@@ -134,15 +136,15 @@ def keep_start_policy(policy: TokenPolicy, run_dir: str | os.PathLike,
     A run started from the saved file plays exactly the run that wrote it.
 
     Returns:
-        The file, or ``None`` for a policy that ``save_policy`` cannot write (``hf_vla``,
-        which saves transformers folders with its checkpoints instead).
+        The file, or ``None`` for a policy that lives in a model folder instead (``hf_vla``,
+        whose transformers folders are written with its checkpoints).
     """
     if init_policy:
         return str(init_policy)
-    if hasattr(policy, "save_pretrained"):
+    if not policy.spec.single_file:
         return None
     path = Path(run_dir) / START_POLICY_FILE
-    save_policy(path, policy)
+    policy.save(path)
     return str(path)
 
 
@@ -151,8 +153,8 @@ def cloned_start_policy(
     task_options: dict[str, Any],
     policy_config,
     options: CloneOptions,
-) -> tuple[TokenPolicy, dict[str, Any]]:
-    """A token policy behaviour-cloned on scripted-expert episodes: the usual start of group
+) -> tuple[Policy, dict[str, Any]]:
+    """A policy behaviour-cloned on scripted-expert episodes: the usual start of group
     fine-tuning. Demos are recorded once per task, options and difficulty, then reused; with
     ``options.dataset``, the policy is cloned on that LeRobot dataset folder instead.
 
@@ -160,7 +162,7 @@ def cloned_start_policy(
         task: Task name.
         task_options: Options of ``tasks.make``; every one of them (but ``difficulty``, which
             ``options.difficulty`` replaces) is passed to :func:`harness.demos.collect_demos`.
-        policy_config: A ``TokenPolicyConfig``.
+        policy_config: The policy's config (a registered kind's).
         options: The demos, the state pretraining and the behaviour cloning.
 
     Returns:

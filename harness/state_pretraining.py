@@ -19,11 +19,11 @@ from tqdm import tqdm
 import tasks
 from harness.bc import random_shift, split_by_episode
 from harness.config import state_pretrain_first_seed
-from harness.policies import TokenPolicy, obs_to_batch
+from harness.policies import Policy, obs_to_batch
 
 
 def pretrain_state_features(
-    policy: TokenPolicy,
+    policy: Policy,
     task: str,
     task_options: dict[str, Any],
     episodes: int = 100,
@@ -50,7 +50,7 @@ def pretrain_state_features(
     visuomotor policies"); the policy itself never reads the state.
 
     Args:
-        policy: A token policy reading ``pixels``; trained in place on its parameters' device
+        policy: A policy reading ``pixels``; trained in place on its parameters' device
             (its token head is untouched).
         task: Task name.
         task_options: Options of ``tasks.make``; ``obs_mode`` is replaced by ``pixels_state``.
@@ -113,7 +113,7 @@ def _standardised_states(
 
 
 def _fit_state_head(
-    policy: TokenPolicy, obs: Mapping[str, torch.Tensor], target: torch.Tensor,
+    policy: Policy, obs: Mapping[str, torch.Tensor], target: torch.Tensor,
     train_idx: torch.Tensor, epochs: int, lr: float, batch_size: int, seed: int,
     shift_pad: int, progress: bool,
 ) -> tuple[torch.nn.Linear, list[float]]:
@@ -122,7 +122,7 @@ def _fit_state_head(
     Returns:
         The head and the minibatch losses of the last epoch.
     """
-    head = torch.nn.Linear(policy.feature_dim, target.shape[1]).to(target.device)
+    head = torch.nn.Linear(policy.spec.feature_dim, target.shape[1]).to(target.device)
     optimizer = torch.optim.Adam([*policy.parameters(), *head.parameters()], lr=lr)
     generator = torch.Generator().manual_seed(seed)  # the shuffling and the shifts
     policy.train()
@@ -171,7 +171,7 @@ def _noisy_expert_frames(
 
 
 @torch.no_grad()
-def _explained_variance(policy: TokenPolicy, head: torch.nn.Module,
+def _explained_variance(policy: Policy, head: torch.nn.Module,
                         obs: Mapping[str, torch.Tensor], target: torch.Tensor,
                         val_idx: torch.Tensor) -> float:
     """Share of the held-out standardised state's variance the head predicts from the policy's
@@ -187,7 +187,7 @@ def _explained_variance(policy: TokenPolicy, head: torch.nn.Module,
     return float(1.0 - residual / truth[:, varying].var(dim=0).mean())
 
 
-def _check_settings(policy: TokenPolicy, episodes: int, epochs: int, shift_pad: int) -> None:
+def _check_settings(policy: Policy, episodes: int, epochs: int, shift_pad: int) -> None:
     """Raise ``ValueError`` on what :func:`pretrain_state_features` refuses, naming the value."""
     if episodes < 1 or epochs < 1:
         raise ValueError(f"episodes={episodes}, epochs={epochs}; both must be >= 1")
@@ -195,6 +195,6 @@ def _check_settings(policy: TokenPolicy, episodes: int, epochs: int, shift_pad: 
         raise ValueError(f"shift_pad={shift_pad}; must be >= 0 (pixels)")
     if "pixels" not in policy.obs_shapes:
         raise ValueError(
-            f"state-feature pretraining is for pixel policies; this {policy.config.kind} policy"
+            f"state-feature pretraining is for pixel policies; this {policy.spec.kind} policy"
             f" reads {sorted(policy.obs_shapes)}"
         )

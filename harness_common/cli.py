@@ -16,17 +16,20 @@ UNQUOTED_VALUE = re.compile(r"[\w/\\+.$%*@?|:-]*", re.ASCII)
 
 
 def run_app(app: Callable[[], object], argv: Sequence[str] | None = None,
-            renamed: Mapping[str, str] | None = None) -> int:
+            renamed: Mapping[str, str] | None = None,
+            moved: Mapping[str, str] | None = None) -> int:
     """Run the ``@hydra.main`` function ``app`` on ``argv`` (default: the command line) and
     return its exit status: 0, or the status of the ``SystemExit`` it raised; a message
     (``sys.exit("...")``) goes to stderr with status 1, as the interpreter would print it. Path
     arguments are quoted first (:func:`quote_paths`); ``sys.argv`` is restored afterwards. An
-    override of a key in ``renamed`` is refused first (:func:`refuse_renamed`)."""
+    override of a key in ``renamed`` (:func:`refuse_renamed`) or ``moved``
+    (:func:`refuse_moved`) is refused first, with its new spelling."""
     saved = sys.argv
     args = saved[1:] if argv is None else list(argv)
     sys.argv = [saved[0], *quote_paths(args)]
     try:
         refuse_renamed(args, renamed or {})
+        refuse_moved(args, moved or {})
         app()
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
@@ -66,6 +69,42 @@ def refuse_renamed(args: Sequence[str], renamed: Mapping[str, str]) -> None:
             spelling = f"+{new}={value}"
         raise SystemExit(f"{arg}: '{old}' is no key of this app; write {spelling} "
                          f"(task.<option> overrides the task's options in every app)")
+
+
+def moved_spelling(override: str, moved: Mapping[str, str]) -> str | None:
+    """The new spelling of ``override`` when its key (or a key above it) moved, else ``None``.
+
+    Args:
+        override: ``key=value`` (``+``/``~`` prefixes allowed).
+        moved: Old dotted key -> new key, e.g. ``{"policy.flow_steps": "policy.head.steps",
+            "policy.action_head": "policy/head"}`` (a ``/`` marks a config group: the value
+            chooses one of its files).
+
+    Returns:
+        ``"<old> is now <new>: write <new>=<value>"``, or ``None``.
+    """
+    key, equals, value = override.partition("=")
+    if override.startswith("-") or not OVERRIDE_KEY.fullmatch(key):
+        return None
+    key = key.lstrip("+~")
+    for old in sorted(moved, key=len, reverse=True):
+        if key == old or key.startswith(old + "."):
+            new = moved[old] + key[len(old):]
+            write = f"{new}={value}" if equals else new
+            return f"{old} is now {moved[old]}: write {write}"
+    return None
+
+
+def refuse_moved(args: Sequence[str], moved: Mapping[str, str]) -> None:
+    """Refuse an override of a key that moved inside the config, giving the new spelling.
+
+    Raises:
+        SystemExit: Naming the override and the key to write instead.
+    """
+    for arg in args:
+        spelling = moved_spelling(arg, moved)
+        if spelling is not None:
+            raise SystemExit(f"{arg}: {spelling}")
 
 
 def quote_paths(args: Sequence[str]) -> list[str]:

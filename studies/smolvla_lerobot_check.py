@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.policies.smolvla import SmolVLAModel
+from harness.policies.smolvla.model import SmolVLAModel
 
 
 def our_outputs(model: SmolVLAModel, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -49,11 +49,11 @@ from matplotlib.figure import Figure
 import tasks
 from harness import trainers
 from harness.algos.engine import RolloutEngine
-from harness.algos.group_checkpoints import read_checkpoint
+from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
 from harness.algos.group_update import GroupTrainer
 from harness.algos.records import EngineSpec, Job
 from harness.config import TrainConfig, compose
-from harness.policies import TokenPolicyConfig, build_policy
+from harness.policies.saving import policy_record
 from harness_common.files import atomic_write_text, read_metrics
 from harness_common.plots import save_figure
 from tasks.perturb import ResetNoise, perturbed_snapshots
@@ -110,8 +110,7 @@ def informative_fraction(run_dir: Path) -> float:
 def luck_correlation(cfg: TrainConfig, run_dir: Path, args: argparse.Namespace) -> dict:
     """Advantages of the final policy's attempts against their start states' success rates."""
     state = read_checkpoint(run_dir / "checkpoints" / "latest.pt")
-    policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
-                          {k: tuple(v) for k, v in state["obs_shapes"].items()})
+    policy = policy_from_state(state)
     trainer = GroupTrainer(cfg, policy)
     trainer.load_state_dict(state["trainer"])
     policy.eval()
@@ -125,7 +124,7 @@ def luck_correlation(cfg: TrainConfig, run_dir: Path, args: argparse.Namespace) 
         jobs += [Job(s, m, cfg.task.difficulty)
                  for s in perturbed_snapshots(starts, starts.snapshot(), noise, generators)]
     starts.close()
-    engine = RolloutEngine(EngineSpec(cfg.task.name, options, policy.config, policy.obs_shapes,
+    engine = RolloutEngine(EngineSpec(cfg.task.name, options, policy_record(policy),
                                       num_envs=len(jobs)))
     with torch.no_grad():
         rollout = engine.run(policy.state_dict(), jobs, algo.temperature, seed=(args.seed, 1))

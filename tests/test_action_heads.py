@@ -1,7 +1,6 @@
-"""Oracle tests of the chunk action heads (harness/policies/action_heads.py, flow_head.py):
-densities against closed forms worked by hand and against sampling frequencies, the ``H = 1``
-token head against today's token policy, ratios, temperatures, gradients, behaviour cloning,
-and refusals."""
+"""Oracle tests of the chunk action heads (harness/policies/heads/): densities against closed
+forms worked by hand and against sampling frequencies, a standalone tokens head against the one
+inside an mlp policy, ratios, temperatures, gradients, behaviour cloning, and refusals."""
 
 from __future__ import annotations
 
@@ -14,15 +13,10 @@ import torch
 from gymnasium import spaces
 
 from harness.objectives import kl_k3
-from harness.policies import TokenPolicyConfig, make, obs_to_batch
-from harness.policies.action_heads import (
-    HEAD_KINDS,
-    FlowHead,
-    GaussianHead,
-    TokenHead,
-    log1m_tanh_squared,
-    make_head,
-)
+from harness.policies import head_names, make, obs_to_batch
+from harness.policies.heads import FlowHead, GaussianHead, TokenHead, make_head
+from harness.policies.heads.gaussian import log1m_tanh_squared
+from harness.policies.mlp import MLPConfig
 
 torch.set_num_threads(1)
 
@@ -51,25 +45,25 @@ def _log_normal(x: float, mean: float, std: float) -> float:
 # --- tokens -----------------------------------------------------------------------------------
 
 
-def test_token_head_with_one_step_is_todays_token_policy():
-    config = TokenPolicyConfig(kind="mlp", num_bins=7, hidden=16)
+def test_a_tokens_head_with_one_step_is_the_mlp_policys_own():
+    config = MLPConfig(use_instruction=True, hidden=16, head={"name": "tokens", "num_bins": 7})
     space = spaces.Dict({"state": spaces.Box(-np.inf, np.inf, (5,), np.float32)})
     torch.manual_seed(0)
     policy = make(config, space)
     obs = obs_to_batch([space.sample() for _ in range(6)])
     head = TokenHead(16, 1, 4, num_bins=7)
-    head.linear.load_state_dict(policy.action_head.state_dict())
+    head.linear.load_state_dict(policy.head.linear.state_dict())
     features = policy.features(obs)
     uniforms = torch.rand((6, 1, 4), generator=torch.Generator().manual_seed(3))
     decision = head.sample(features, 0.7, torch.Generator().manual_seed(3))
     tokens, actions = policy.act(obs, temperature=0.7, uniforms=uniforms[:, 0])
-    assert torch.equal(decision.record, tokens.float())
+    assert torch.equal(decision.record, tokens)
     assert torch.equal(decision.actions, actions)  # (B, 1, A) both
     for temperature in (1.0, 0.7):
         per_token = policy.log_prob(obs, tokens, temperature)  # (B, A)
-        assert torch.allclose(head.token_log_probs(features, tokens.float(), temperature)[:, 0],
+        assert torch.allclose(head.unit_log_probs(features, tokens, temperature),
                               per_token, atol=1e-6)
-        assert torch.allclose(head.log_prob(features, tokens.float(), temperature),
+        assert torch.allclose(head.log_prob(features, tokens, temperature),
                               per_token.sum(-1), atol=1e-5)
         assert torch.allclose(head.entropy(features, temperature),
                               policy.entropy(obs, temperature).sum(-1), atol=1e-5)
@@ -332,13 +326,14 @@ def test_bad_inputs_are_refused(kind, options):
 
 
 def test_make_head_refuses_unknown_kinds_options_and_bad_sizes():
-    assert HEAD_KINDS == ("tokens", "gaussian", "flow")
-    with pytest.raises(ValueError, match=r"action_head='diffusion'.*'tokens', 'gaussian', 'flow'"):
+    assert head_names()[:3] == ("tokens", "gaussian", "flow")
+    with pytest.raises(ValueError, match=r"head 'diffusion' is not registered.*'tokens', "
+                                         r"'gaussian', 'flow'.*plugins"):
         make_head("diffusion", 8, 2)
     for kwargs, message in [({"chunk_size": 0}, "chunk_size=0"), ({"feature_dim": True},
                             "feature_dim=True"), ({"action_dim": 2.0}, "action_dim=2.0")]:
         sizes = {"feature_dim": 8, "chunk_size": 2, "action_dim": 4, **kwargs}
-        for kind in HEAD_KINDS:
+        for kind in ("tokens", "gaussian", "flow"):
             with pytest.raises(ValueError, match=message):
                 make_head(kind, **sizes)
     with pytest.raises(ValueError, match=r"\['steps'\] are unknown to the 'tokens'.*num_bins"):

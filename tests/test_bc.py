@@ -12,21 +12,12 @@ import pytest
 import torch
 
 import tasks
-from harness.bc import (
-    evaluate_policy,
-    pretrain_bc,
-    random_shift,
-    split_by_episode,
-    token_cross_entropy,
-)
+from harness.bc import evaluate_policy, pretrain_bc, random_shift, split_by_episode
 from harness.demos import Demos, collect_demos, load_demos, rebuild_env
-from harness.policies import (
-    TokenPolicyConfig,
-    actions_to_tokens,
-    make,
-    resolve_device,
-    tokens_to_actions,
-)
+from harness.policies import actions_to_tokens, make, resolve_device, tokens_to_actions
+from harness.policies.heads.tokens import token_cross_entropy
+from harness.policies.mlp import MLPConfig
+from harness.policies.tiny_vla import TinyVLAConfig
 from harness.start_policy import CloneOptions, cloned_start_policy
 from harness.state_pretraining import pretrain_state_features
 
@@ -209,9 +200,9 @@ def test_split_is_by_whole_episodes():
 def test_bc_on_reach_beats_an_untrained_policy(state_demos):
     env = rebuild_env(state_demos.env_args)
     torch.manual_seed(0)
-    untrained = make(TokenPolicyConfig(kind="mlp"), env.observation_space)
+    untrained = make(MLPConfig(use_instruction=True), env.observation_space)
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="mlp"), env.observation_space)
+    policy = make(MLPConfig(use_instruction=True), env.observation_space)
     metrics = pretrain_bc(policy, state_demos, epochs=300, lr=3e-3, seed=0, progress=False)
 
     history = metrics["history"]
@@ -231,7 +222,7 @@ def test_bc_on_reach_beats_an_untrained_policy(state_demos):
 def test_keep_best_val_loss_restores_that_epoch(state_demos):
     env = rebuild_env(state_demos.env_args)
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=32), env.observation_space)
+    policy = make(MLPConfig(use_instruction=True, hidden=32), env.observation_space)
     env.close()
     metrics = pretrain_bc(policy, state_demos, epochs=8, lr=1e-2, keep="best_val_loss",
                           seed=0, progress=False)
@@ -241,14 +232,14 @@ def test_keep_best_val_loss_restores_that_epoch(state_demos):
     val_idx = split_by_episode(state_demos.episode_ids, 0.1, seed=0)[1].numpy()
     obs = {k: torch.as_tensor(v[val_idx]) for k, v in state_demos.obs.items()}
     with torch.no_grad():
-        loss = token_cross_entropy(policy.logits(obs),
+        loss = token_cross_entropy(policy.head.logits(policy.features(obs)),
                                    actions_to_tokens(state_demos.actions[val_idx], 11))
     assert loss.item() == pytest.approx(best, rel=1e-5)
 
 
 def test_bc_refuses_demos_without_what_the_policy_reads(pixel_demos):
     demos = load_demos(pixel_demos[0])
-    config = TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4,))
+    config = TinyVLAConfig(hidden=16, conv_channels=(4,))
     env = rebuild_env(demos.env_args)
     vla = make(config, env.observation_space)
     env.close()
@@ -268,7 +259,7 @@ def test_bc_on_pixels_runs_with_augmentation(pixel_demos):
     demos = load_demos(pixel_demos[0])
     env = rebuild_env(demos.env_args)
     torch.manual_seed(0)
-    vla = make(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4)),
+    vla = make(TinyVLAConfig(hidden=16, conv_channels=(4, 4)),
                env.observation_space)
     metrics = pretrain_bc(vla, demos, epochs=2, batch_size=16, progress=False)
     assert math.isfinite(metrics["bc/train_loss"]) and math.isfinite(metrics["bc/val_loss"])
@@ -287,23 +278,23 @@ def test_state_pretraining_teaches_pixel_features_where_things_are():
     torch.manual_seed(0)
     options = {"obs_mode": "pixels", "image_size": IMAGE, "max_episode_steps": 20}
     env = tasks.make("reach", **options)
-    vla = make(TokenPolicyConfig(kind="tiny_vla", hidden=32, conv_channels=(8, 16)),
+    vla = make(TinyVLAConfig(hidden=32, conv_channels=(8, 16)),
                env.observation_space)
     env.close()
-    head_before = vla.action_head.weight.detach().clone()
+    head_before = vla.head.linear.weight.detach().clone()
     metrics = pretrain_state_features(vla, "reach", options, episodes=40, epochs=30, lr=3e-3,
                                       difficulty=1.0, seed=0, val_fraction=0.25,
                                       progress=False)
     assert metrics["pretrain/frames"] > 40
     assert metrics["pretrain/val_r2"] > 0.35  # 0.51 when written; an unfitted head gives <= 0
-    assert torch.equal(vla.action_head.weight, head_before)
+    assert torch.equal(vla.head.linear.weight, head_before)
     assert not vla.training
 
 
 def test_state_pretraining_refuses_bad_input():
     options = {"obs_mode": "state"}
     env = tasks.make("reach", **options)
-    mlp = make(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    mlp = make(MLPConfig(use_instruction=True, hidden=16), env.observation_space)
     env.close()
     with pytest.raises(ValueError, match="pixel policies.*mlp"):
         pretrain_state_features(mlp, "reach", options, episodes=2, progress=False)
@@ -316,7 +307,7 @@ def test_shift_augmentation_reaches_training_only_and_is_seeded(tmp_path):
     # what is learned; the clone's actions are then a function of the observation alone (no
     # shift at inference): two calls on the same frame agree.
     options = {"obs_mode": "pixels", "image_size": IMAGE, "max_episode_steps": 12}
-    config = TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4))
+    config = TinyVLAConfig(hidden=16, conv_channels=(4, 4))
 
     def clone(pretrain_pad: int, bc_pad: int) -> dict[str, torch.Tensor]:
         policy, metrics = cloned_start_policy("reach", options, config, CloneOptions(
@@ -337,7 +328,9 @@ def test_shift_augmentation_reaches_training_only_and_is_seeded(tmp_path):
     env.close()
     batch = {key: torch.as_tensor(value)[None] for key, value in obs.items()}
     with torch.no_grad():
-        assert torch.equal(shifted.logits(batch), shifted.logits(batch))
+        assert torch.equal(shifted.act(batch, deterministic=True)[0],
+                           shifted.act(batch, deterministic=True)[0])
+        assert torch.equal(shifted.features(batch), shifted.features(batch))
     with pytest.raises(ValueError, match="shift_pad=-1"):
         pretrain_state_features(shifted, "reach", options, episodes=1, shift_pad=-1,
                                 progress=False)
@@ -350,7 +343,7 @@ def clone_reach(demo_dir: Path, device: str = "cpu", **options):
     """``cloned_start_policy`` on 2 reach demos, 1 epoch, a small MLP."""
     return cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 40, **options},
-        TokenPolicyConfig(kind="mlp", hidden=16),
+        MLPConfig(use_instruction=True, hidden=16),
         CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=demo_dir, progress=False,
                      device=device),
     )

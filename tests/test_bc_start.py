@@ -20,7 +20,8 @@ from harness.bc import pretrain_bc, split_by_episode
 from harness.config.errors import ConfigError
 from harness.demos import collect_demos, demo_cache_dir, load_demos, rebuild_env
 from harness.export import export_onnx, sample_observations
-from harness.policies import TokenPolicyConfig, load_policy, make, obs_to_batch, save_policy
+from harness.policies import load_policy, make, obs_to_batch, save_policy
+from harness.policies.mlp import MLPConfig
 from harness.start_policy import CloneOptions, cloned_start_policy, demo_file
 
 torch.set_num_threads(1)
@@ -80,7 +81,7 @@ def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
     assert noisy != plain and "_dart0.5_d1_n20" in noisy.name
     policy, metrics = cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 30},
-        TokenPolicyConfig(kind="mlp", hidden=16),
+        MLPConfig(use_instruction=True, hidden=16),
         CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=tmp_path, progress=False,
                      noise=0.4))
     assert "_dart0.4_" in metrics["bc/demo_file"]
@@ -93,7 +94,7 @@ def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
     def clone(keep: str):
         return cloned_start_policy(
             "reach", {"obs_mode": "state", "max_episode_steps": 30},
-            TokenPolicyConfig(kind="mlp", hidden=16),
+            MLPConfig(use_instruction=True, hidden=16),
             CloneOptions(demos=6, epochs=8, difficulty=0.0, demo_dir=tmp_path, progress=False,
                          bc_lr=0.05, bc_keep=keep))
 
@@ -138,7 +139,7 @@ def test_bc_fits_the_state_normaliser_on_the_training_episodes(dart_demos):
     demos = load_demos(dart_demos[0])
     env = rebuild_env(demos.env_args)
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, normalize_state=True),
+    policy = make(MLPConfig(use_instruction=True, hidden=16, normalize_state=True),
                   env.observation_space)
     np.testing.assert_array_equal(policy.state_mean.numpy(), 0.0)  # identity until fitted
     np.testing.assert_array_equal(policy.state_std.numpy(), 1.0)
@@ -152,20 +153,21 @@ def test_bc_fits_the_state_normaliser_on_the_training_episodes(dart_demos):
     assert (policy.state_std.numpy() == policy.MIN_STD).any()  # e.g. the cube's quaternion
 
     # the features read the standardised state: the same as an unnormalised twin fed it
-    twin = make(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    twin = make(MLPConfig(use_instruction=True, hidden=16), env.observation_space)
     twin.load_state_dict({k: v for k, v in policy.state_dict().items()
                           if not k.startswith("state_")})
     batch = obs_to_batch(demos.obs, batched=True)
     scaled = {**batch, "state": (batch["state"] - policy.state_mean) / policy.state_std}
     with torch.no_grad():
-        torch.testing.assert_close(policy.logits(batch), twin.logits(scaled))
+        torch.testing.assert_close(policy.head.logits(policy.features(batch)),
+                                   twin.head.logits(twin.features(scaled)))
     env.close()
 
 
 def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
     demos = load_demos(dart_demos[0])
     env = rebuild_env(demos.env_args)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, normalize_state=True),
+    policy = make(MLPConfig(use_instruction=True, hidden=16, normalize_state=True),
                   env.observation_space)
     pretrain_bc(policy, demos, epochs=2, seed=0, progress=False)
     save_policy(tmp_path / "p.pt", policy)
@@ -173,7 +175,7 @@ def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
     assert loaded.config.normalize_state
     torch.testing.assert_close(loaded.state_std, policy.state_std, rtol=0, atol=0)
     # a policy without the option has no buffers, so older checkpoints load as they did
-    plain = make(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    plain = make(MLPConfig(use_instruction=True, hidden=16), env.observation_space)
     assert not any(k.startswith("state_") for k in plain.state_dict())
     assert plain.fit_normalizer({"state": torch.zeros(4, 22)}) == {}
 
@@ -185,7 +187,8 @@ def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
     feeds = {node.name: batch[node.name].numpy() for node in session.get_inputs()}
     (logits,) = session.run(["logits"], feeds)
     with torch.no_grad():
-        assert np.abs(logits - policy.logits(batch).numpy()).max() <= 1e-4
+        expected = policy.head.logits(policy.features(batch)).numpy()
+        assert np.abs(logits - expected).max() <= 1e-4
     env.close()
     with pytest.raises(ValueError, match="at least 2 states"):
         policy.fit_normalizer({"state": torch.zeros(1, 22)})
@@ -215,7 +218,7 @@ def test_bad_options_are_refused_by_name(tmp_path):
     (tmp_path / "start_policy.pt").write_bytes(b"")
     harness_config.compose([*base, "algo.bc_noise=0.5", "algo.bc_demos=5",
                             f"algo.init_policy={tmp_path / 'start_policy.pt'}"])
-    assert cfg.policy.token_policy_config().normalize_state and cfg.algo.bc_noise == 0.5
+    assert cfg.policy.normalize_state and cfg.algo.bc_noise == 0.5
     # today's recipe unless switched on: BC shifts pixels by up to 4, pretraining does not
     assert (cfg.algo.bc_shift_pad, cfg.algo.state_pretrain_shift_pad) == (4, 0)
     assert cfg.algo.bc_lr == 3e-3  # pretrain_bc's own default

@@ -20,6 +20,7 @@ from harness.algos.pools import make_pool
 from harness.algos.records import EngineSpec, Job
 from harness.evaluation import evaluate
 from harness.policies import make, tokens_to_actions
+from harness.policies.saving import policy_record
 from harness_common.files import read_metrics
 
 torch.set_num_threads(1)
@@ -40,7 +41,7 @@ def _policy_and_jobs(groups: int = 3):
     cfg = harness_config.compose(FAST)
     env = tasks.make("reach", **OPTIONS)
     torch.manual_seed(0)
-    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    policy = make(cfg.policy, env.observation_space)
     jobs = []
     for group in range(groups):
         env.reset(seed=group, options={"difficulty": 0.1})
@@ -51,7 +52,7 @@ def _policy_and_jobs(groups: int = 3):
 
 def _rollout(cfg, policy, jobs, mode: str = "per_worker"):
     rollout_settings = harness_config.compose([*FAST, f"algo.rollout.mode={mode}"]).algo.rollout
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
+    spec = EngineSpec("reach", OPTIONS, policy_record(policy), len(jobs))
     with make_pool(rollout_settings, 1, spec) as pool:
         return pool.run(policy, jobs, cfg.algo.temperature, seed=(0, 1))
 
@@ -76,7 +77,7 @@ def test_attempts_decide_every_execute_steps_and_replay_exactly():
         for row in range(first, first + rollout.decision_counts[attempt]):
             assert not done
             np.testing.assert_array_equal(obs["state"], rollout.obs["state"][row])
-            chunk = tokens_to_actions(rollout.decisions[row], policy.config.num_bins).view(H, 4)
+            chunk = tokens_to_actions(rollout.decisions[row], policy.head.num_bins).view(H, 4)
             for action in chunk[: rollout.executed[row]].numpy():
                 obs, _, terminated, truncated, info = env.step(action)
                 steps += 1
@@ -101,11 +102,11 @@ def test_the_update_moves_only_what_the_executed_steps_read():
     rollout = _rollout(cfg, policy, jobs)
     trainer = GroupTrainer(cfg, policy)
     trainer.max_tokens = LIMIT * 4
-    before = policy.action_head.weight.detach().clone().view(H, 4, 11, -1)
+    before = policy.head.linear.weight.detach().clone().view(H, 4, 11, -1)
     rewards = np.array([1, 0, 0, 1, 0, 1, 1, 0], dtype=np.float32)
     metrics = trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
                              np.ones(2, dtype=bool))
-    after = policy.action_head.weight.detach().view(H, 4, 11, -1)
+    after = policy.head.linear.weight.detach().view(H, 4, 11, -1)
     assert torch.equal(after[K:], before[K:])
     assert (after[:K] - before[:K]).abs().amax(dim=(1, 2, 3)).min() > 0
     assert metrics["train/gradient_steps"] == 2.0 * cfg.algo.num_iterations
@@ -146,7 +147,7 @@ def test_a_chunked_run_trains_end_to_end_and_evaluates_in_chunks(tmp_path, monke
     assert set(calls) == {(K, 4)}
     assert len(calls) == sum(math.ceil(e.length / K) for e in sequential.episodes)
     env = tasks.make("reach", **OPTIONS)
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, 4)
+    spec = EngineSpec("reach", OPTIONS, policy_record(policy), 4)
     with make_pool(config.algo.rollout, 1, spec) as pool:
         pooled = evaluate_in_pool(pool, policy, env, 5, [0.1, 0.6], seed=300)
     env.close()

@@ -1,6 +1,6 @@
-"""Action chunks of the token policies: hand-worked masks, decision log-probabilities and BC
-targets; the policy's chunk layout; one action per decision is today's policy; refusals by name;
-policy files saved before chunks existed still load."""
+"""Action chunks: hand-worked masks, decision log-probabilities and BC targets; the tokens head's
+chunk layout; one action per decision is the one-step formula; refusals by name; policy files
+saved before chunks existed still load."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from gymnasium import spaces
 from torch.nn import functional as F
 
 from harness.algos.group_update import attempt_tensor
-from harness.bc import bc_targets, pretrain_bc, token_cross_entropy
+from harness.bc import bc_targets, pretrain_bc
+from harness.config.errors import ConfigError
 from harness.demos import Demos
 from harness.policies import (
-    TokenPolicyConfig,
     actions_to_tokens,
     load_policy,
     make,
@@ -25,7 +25,10 @@ from harness.policies import (
     save_policy,
     tokens_to_actions,
 )
-from harness.policies.chunks import chunk_targets, decision_log_prob, executed_token_mask
+from harness.policies.chunks import chunk_targets, executed_token_mask
+from harness.policies.heads.tokens import token_cross_entropy
+from harness.policies.mlp import MLPConfig
+from harness.policies.tiny_vla import TinyVLAConfig
 
 torch.set_num_threads(1)
 
@@ -39,7 +42,13 @@ def _obs(count: int, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def _policy(**chunks):
     torch.manual_seed(0)
-    return make(TokenPolicyConfig(kind="mlp", hidden=16, num_bins=5, **chunks), SPACE)
+    return make(MLPConfig(use_instruction=True, hidden=16, head={"name": "tokens", "num_bins": 5},
+                          **chunks), SPACE)
+
+
+def _logits(policy, obs):
+    """The tokens head's scores ``(B, H * A, K)``."""
+    return policy.head.logits(policy.features(obs))
 
 
 # --- pure maths, by hand ----------------------------------------------------------------------
@@ -56,6 +65,10 @@ def test_executed_token_mask_by_hand():
 def test_decision_log_prob_sums_the_executed_tokens_by_hand():
     token_logp = torch.tensor([[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0],
                                [-0.5, -0.25, -8.0, -8.0, -8.0, -8.0]])
+
+    def decision_log_prob(logp, executed, action_dim):
+        return (logp * executed_token_mask(executed, logp.shape[1], action_dim)).sum(dim=1)
+
     # row 0 played 2 steps: -1 - 2 - 3 - 4; row 1 played 1 step: -0.5 - 0.25
     got = decision_log_prob(token_logp, torch.tensor([2, 1]), action_dim=2)
     assert got.tolist() == [-10.0, -0.75]
@@ -112,24 +125,22 @@ def test_one_action_per_decision_is_todays_policy():
     for (name, a), (_, b) in zip(default.state_dict().items(), explicit.state_dict().items(),
                                  strict=True):
         assert torch.equal(a, b), name
-    assert default.action_head.out_features == 4 * 5
+    assert default.head.linear.out_features == 4 * 5
     obs = _obs(8)
-    logits = default.action_head(default.features(obs)).view(8, 4, 5)
-    assert torch.equal(default.logits(obs), logits)
+    logits = default.head.linear(default.features(obs)).view(8, 4, 5)
+    assert torch.equal(_logits(default, obs), logits)
     uniforms = torch.rand(8, 4, generator=torch.Generator().manual_seed(1))
     tokens, actions = explicit.act(obs, temperature=0.7, uniforms=uniforms)
     assert torch.equal(tokens, sample_tokens(logits / 0.7, uniforms))
     assert torch.equal(actions, tokens_to_actions(tokens, 5)[:, None])
-    assert torch.equal(explicit.executed_mask(torch.ones(8, dtype=torch.long)),
+    assert torch.equal(explicit.spec.executed_mask(torch.ones(8, dtype=torch.long)),
                        torch.ones(8, 4, dtype=torch.bool))
-    assert torch.equal(explicit.decision_log_prob(obs, tokens, torch.ones(8, dtype=torch.long)),
-                       explicit.log_prob(obs, tokens).sum(-1))
 
 
 def test_a_chunk_is_step_major():
     policy = _policy(chunk_size=3, execute_steps=2)
     obs = _obs(5)
-    assert policy.logits(obs).shape == (5, 12, 5) and policy.chunk_tokens == 12
+    assert _logits(policy, obs).shape == (5, 12, 5) and policy.spec.units_per_decision == 12
     tokens, actions = policy.act(obs, deterministic=True)
     assert tokens.shape == (5, 12) and actions.shape == (5, 3, 4)
     for h in range(3):
@@ -146,28 +157,29 @@ def test_a_decisions_log_prob_is_the_sum_of_its_executed_tokens():
     tokens, _ = policy.act(obs, temperature=1.0)
     executed = torch.tensor([2, 1, 2, 2, 1, 2])
     with torch.no_grad():
-        log_softmax = F.log_softmax(policy.logits(obs) / 0.5, dim=-1)
-    got = policy.decision_log_prob(obs, tokens, executed, temperature=0.5)
+        log_softmax = F.log_softmax(_logits(policy, obs) / 0.5, dim=-1)
+    got = (policy.log_prob(obs, tokens, temperature=0.5)
+           * policy.spec.executed_mask(executed)).sum(dim=1)
     for row in range(6):
         expected = sum(float(log_softmax[row, h * 4 + d, tokens[row, h * 4 + d]])
                        for h in range(int(executed[row])) for d in range(4))
         assert float(got[row].detach()) == pytest.approx(expected, abs=1e-5)
     got.sum().backward()
     # the head's rows of steps 2 and 3, never played, get no gradient; those of 0 and 1 do
-    grad = policy.action_head.weight.grad.view(4, 4, 5, 16)  # (H, A, K, hidden)
+    grad = policy.head.linear.weight.grad.view(4, 4, 5, 16)  # (H, A, K, hidden)
     assert grad[2:].abs().max() == 0 and grad[:2].abs().amax(dim=(1, 2, 3)).min() > 0
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"chunk_size": 0}, "TokenPolicyConfig.chunk_size=0; need an int >= 1"),
+    ({"chunk_size": 0}, r"policy.chunk_size=0; need an int in \[1, 256\]"),
+    ({"chunk_size": 300}, r"policy.chunk_size=300; need an int in \[1, 256\]"),
     ({"chunk_size": 2, "execute_steps": 3}, "execute_steps=3 with chunk_size=2"),
     ({"execute_steps": 0}, "execute_steps=0 with chunk_size=1"),
     ({"chunk_size": 2.5}, "chunk_size=2.5"),
-    ({"kind": "hf_vla", "chunk_size": 2}, "chunk_size=2 with kind='hf_vla'"),
 ])
 def test_bad_chunks_are_refused_by_name(fields, message):
-    with pytest.raises(ValueError, match=message):
-        TokenPolicyConfig(**fields)
+    with pytest.raises(ConfigError, match=message):
+        MLPConfig(**fields)
 
 
 def test_a_policy_file_from_before_chunks_loads_with_one_action(tmp_path):
@@ -180,7 +192,7 @@ def test_a_policy_file_from_before_chunks_loads_with_one_action(tmp_path):
     old = load_policy(tmp_path / "old.pt")
     assert (old.config.chunk_size, old.config.steps_per_decision) == (1, 1)
     obs = _obs(3)
-    assert torch.equal(old.logits(obs), policy.logits(obs))
+    assert torch.equal(_logits(old, obs), _logits(policy, obs))
     chunked = _policy(chunk_size=4, execute_steps=2)
     save_policy(tmp_path / "chunked.pt", chunked)
     again = load_policy(tmp_path / "chunked.pt")
@@ -190,14 +202,13 @@ def test_a_policy_file_from_before_chunks_loads_with_one_action(tmp_path):
 def test_a_start_policy_with_other_chunks_is_refused_by_name():
     from harness.start_policy import check_start_policy
 
-    held = TokenPolicyConfig(kind="mlp", chunk_size=4, execute_steps=2)
-    check_start_policy(held, TokenPolicyConfig(kind="mlp", chunk_size=4, execute_steps=2), "a.pt")
+    held = _policy(chunk_size=4, execute_steps=2)
+    check_start_policy(held, MLPConfig(chunk_size=4, execute_steps=2), "a.pt")
     wanted = r"init_policy=a.pt holds a policy with .*'chunk_size': 4.*this run's .*'chunk_size': 1"
     with pytest.raises(ValueError, match=wanted):
-        check_start_policy(held, TokenPolicyConfig(kind="mlp"), "a.pt")
+        check_start_policy(held, MLPConfig(), "a.pt")
     with pytest.raises(ValueError, match="'kind': 'tiny_vla'"):
-        check_start_policy(held, TokenPolicyConfig(kind="tiny_vla", chunk_size=4,
-                                                   execute_steps=2), "a.pt")
+        check_start_policy(held, TinyVLAConfig(chunk_size=4, execute_steps=2), "a.pt")
 
 
 def test_a_chunk_policy_function_plays_step_by_step_for_frame_mining():
@@ -236,13 +247,13 @@ def _demos() -> Demos:
 def test_bc_targets_are_the_next_actions_of_the_episode():
     demos = _demos()
     policy = _policy(chunk_size=2)
-    tokens, valid = bc_targets(policy, demos, torch.device("cpu"))
-    assert tokens.shape == (8, 8) and valid.shape == (8, 8)
-    expected = np.concatenate([demos.actions[:4], demos.actions[1:5]], axis=1)  # t and t + 1
-    assert torch.equal(tokens[:4], actions_to_tokens(expected, 5))
+    chunks, valid = bc_targets(policy, demos, torch.device("cpu"))
+    assert chunks.shape == (8, 2, 4) and valid.shape == (8, 2)
+    expected = np.stack([demos.actions[:4], demos.actions[1:5]], axis=1)  # t and t + 1
+    assert torch.equal(chunks[:4], torch.as_tensor(expected))
     # the last step of each episode has no next action: its second step is masked out
-    assert valid[:, 4:].all(dim=1).tolist() == [True, True, True, True, False, True, True, False]
-    assert valid[:, :4].all()
+    assert valid[:, 1].tolist() == [True, True, True, True, False, True, True, False]
+    assert valid[:, 0].all()
     assert bc_targets(_policy(), demos, torch.device("cpu"))[1] is None
 
 
@@ -252,7 +263,9 @@ def test_bc_fits_chunks_on_the_valid_slots():
     metrics = pretrain_bc(policy, demos, epochs=150, lr=1e-2, batch_size=8, val_fraction=0.0,
                           augment=False, progress=False)
     assert math.isfinite(metrics["bc/train_loss"]) and metrics["bc/train_loss"] < 0.5
-    tokens, valid = bc_targets(policy, demos, torch.device("cpu"))
+    chunks, valid = bc_targets(policy, demos, torch.device("cpu"))
+    tokens = actions_to_tokens(chunks.flatten(1), 5)
     with torch.no_grad():
-        predicted = policy.logits({"state": torch.as_tensor(demos.obs["state"])}).argmax(-1)
-    assert (predicted == tokens)[valid].float().mean() > 0.9
+        predicted = _logits(policy, {"state": torch.as_tensor(demos.obs["state"])}).argmax(-1)
+    counted = valid.repeat_interleave(4, dim=1)
+    assert (predicted == tokens)[counted].float().mean() > 0.9

@@ -24,16 +24,16 @@ from harness.config import (
     ConfigError,
     FixedCurriculumConfig,
     GroupAlgoConfig,
-    MLPPolicyConfig,
     PPOConfig,
     SuccessBandCurriculumConfig,
     TaskOptions,
-    TinyVLAConfig,
     TrainConfig,
     TRPOConfig,
     compose,
     to_yaml,
 )
+from harness.policies.mlp import MLPConfig
+from harness.policies.tiny_vla import TinyVLAConfig
 
 
 @pytest.fixture(autouse=True)
@@ -136,9 +136,8 @@ def test_pixel_policy_with_pixel_obs_is_accepted():
 
 
 SB3_FIELDS = {"net_arch", "activation", "log_std_init", "features_dim"}
-TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_size",
-                   "image_features", "instruction_keypoints", "chunk_size", "execute_steps",
-                   "action_head", "flow_steps", "flow_noise", "state_dependent_std"}
+TINY_VLA_FIELDS = {"hidden", "embed_dim", "conv_channels", "pooled_size", "image_features",
+                   "instruction_keypoints", "chunk_size", "execute_steps", "action_dim", "head"}
 
 
 @pytest.mark.parametrize(
@@ -147,10 +146,9 @@ TINY_VLA_FIELDS = {"num_bins", "hidden", "embed_dim", "conv_channels", "pooled_s
       TINY_VLA_FIELDS, SB3_FIELDS),
      (["policy=cnn", "algo=ppo", "task.obs_mode=pixels"], CNNPolicyConfig,
       SB3_FIELDS, TINY_VLA_FIELDS),
-     (["policy=mlp"], MLPPolicyConfig,
-      {"net_arch", "activation", "log_std_init", "num_bins", "hidden", "embed_dim",
-       "normalize_state", "chunk_size", "execute_steps", "action_head", "flow_steps",
-       "flow_noise", "state_dependent_std"},
+     (["policy=mlp"], MLPConfig,
+      {"net_arch", "activation", "log_std_init", "hidden", "embed_dim", "normalize_state",
+       "chunk_size", "execute_steps", "action_dim", "head"},
       {"features_dim", "conv_channels", "pooled_size", "image_features",
        "instruction_keypoints"})],
 )
@@ -165,10 +163,10 @@ def test_each_policy_file_composes_into_a_schema_of_only_the_fields_it_reads(
 
 def test_instruction_keypoints_are_validated_by_name():
     base = ["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels"]
-    assert compose(base).policy.token_policy_config().instruction_keypoints == 0
-    chosen = compose([*base, "policy.instruction_keypoints=4"]).policy.token_policy_config()
+    assert compose(base).policy.instruction_keypoints == 0
+    chosen = compose([*base, "policy.instruction_keypoints=4"]).policy
     assert chosen.instruction_keypoints == 4
-    with pytest.raises(ConfigError, match="policy.instruction_keypoints=-1; must be >= 0"):
+    with pytest.raises(ConfigError, match=r"policy.instruction_keypoints=-1; need an int in \[0"):
         compose([*base, "policy.instruction_keypoints=-1"])
     with pytest.raises(ConfigError, match="needs policy.image_features=spatial_softmax"):
         compose([*base, "policy.instruction_keypoints=2", "policy.image_features=avg_pool"])
@@ -176,20 +174,20 @@ def test_instruction_keypoints_are_validated_by_name():
         compose([*base, "policy.instruction_keypoints=2", "policy.use_instruction=false"])
 
 
-def test_action_chunks_reach_the_token_policy_config():
-    default = compose(["policy=mlp", "algo=grpo"]).policy.token_policy_config()
+def test_action_chunks_reach_the_policy_config():
+    default = compose(["policy=mlp", "algo=grpo"]).policy
     assert (default.chunk_size, default.execute_steps, default.steps_per_decision) == (1, None, 1)
     chunked = compose(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels",
                        "policy.chunk_size=4", "policy.execute_steps=2"]).policy
-    config = chunked.token_policy_config()
+    config = chunked
     assert (config.chunk_size, config.execute_steps, config.steps_per_decision) == (4, 2, 2)
     whole = compose(["policy=mlp", "algo=grpo", "policy.chunk_size=3"]).policy
-    assert whole.token_policy_config().steps_per_decision == 3  # null: the whole chunk
+    assert whole.steps_per_decision == 3  # null: the whole chunk
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
-    [(["policy.chunk_size=0"], r"policy.chunk_size=0; need an int >= 1"),
+    [(["policy.chunk_size=0"], r"policy.chunk_size=0; need an int in \[1, 256\]"),
      (["policy.chunk_size=4", "policy.execute_steps=5"],
       r"policy.execute_steps=5 with chunk_size=4; need an int in \[1, chunk_size\]"),
      (["policy.chunk_size=2", "policy.execute_steps=0"],
@@ -207,24 +205,44 @@ def test_sb3_refuses_action_chunks_by_name():
     assert compose(["policy=mlp", "algo=ppo", "policy.chunk_size=1"]).policy.chunk_size == 1
 
 
-def test_token_policies_give_their_token_policy_config():
+def test_each_kind_gives_its_own_config_with_its_head():
     vla = compose(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels",
-                   "policy.conv_channels=[4,8]", "policy.image_features=avg_pool"])
-    token = vla.policy.token_policy_config()
-    assert (token.kind, token.conv_channels, token.image_features, token.use_instruction) == \
-        ("tiny_vla", (4, 8), "avg_pool", True)
-    token = compose(["policy=mlp", "algo=grpo", "policy.hidden=32"]).policy.token_policy_config()
-    assert (token.kind, token.hidden, token.use_instruction) == ("mlp", 32, False)
-    cnn = compose(["policy=cnn", "task.obs_mode=pixels"])
-    with pytest.raises(ConfigError, match="policy='cnn' is not a token policy"):
-        cnn.policy.token_policy_config()
+                   "policy.conv_channels=[4,8]", "policy.image_features=avg_pool",
+                   "policy/head=flow", "policy.head.steps=3"]).policy
+    assert type(vla) is TinyVLAConfig
+    assert (vla.name, vla.conv_channels, vla.image_features, vla.use_instruction) == \
+        ("tiny_vla", [4, 8], "avg_pool", True)
+    assert vla.head == {"name": "flow", "steps": 3, "hidden": 128, "noise": "learned",
+                        "sigma_min": 0.02, "sigma_max": 0.5, "sigma_init": 0.1}
+    mlp = compose(["policy=mlp", "algo=grpo", "policy.hidden=32"]).policy
+    assert (mlp.name, mlp.hidden, mlp.use_instruction, mlp.head) == \
+        ("mlp", 32, False, {"name": "tokens", "num_bins": 11})
+    with pytest.raises(ConfigError, match=r"policy=.cnn. cannot be trained by algo=.grpo.; "
+                                          r"group algorithms take policy in \('mlp'"):
+        compose(["policy=cnn", "task.obs_mode=pixels", "algo=grpo"])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["policy/head=flow", "policy.head.steps=0"], r"policy.head \(flow\): steps=0; need an int"),
+    (["policy.head.num_bins=1"], r"policy.head \(tokens\): num_bins=1; need an int in \[2,"),
+    (["policy/head=gaussian", "+policy.head.num_bins=5"],
+     r"policy.head has options \['num_bins'\] that the 'gaussian' head does not take"),
+    (["policy.head.name=diffusion"], r"action head 'diffusion' is not registered"),
+    (["policy.action_head=flow"], r"policy.action_head is now policy/head: write "
+                                  r"policy/head=flow"),
+    (["policy.flow_noise=network"], r"write policy.head.noise=network"),
+])
+def test_bad_heads_and_old_spellings_are_refused_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(["policy=mlp", "algo=grpo", *overrides])
 
 
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [(["policy=tiny_vla", "algo=grpo", "task.obs_mode=pixels", "policy.net_arch=[8]"],
       "policy.net_arch"),
-     (["policy=cnn", "task.obs_mode=pixels", "policy.num_bins=5"], "policy.num_bins"),
+     (["policy=cnn", "task.obs_mode=pixels", "policy.hidden=5"], "policy.hidden"),
+     (["policy=mlp", "policy.num_bins=5"], "policy.num_bins"),
      (["policy=mlp", "policy.conv_channels=[8]"], "policy.conv_channels")],
 )
 def test_a_field_the_policy_does_not_read_fails_at_composition(overrides, key):
@@ -233,7 +251,7 @@ def test_a_field_the_policy_does_not_read_fails_at_composition(overrides, key):
 
 
 def test_policy_name_must_match_its_schema():
-    with pytest.raises(ConfigError, match="policy.name='cnn' with the MLPPolicyConfig schema"):
+    with pytest.raises(ConfigError, match="policy.name='cnn' with the MLPConfig schema"):
         compose(["policy.name=cnn", "task.obs_mode=pixels"])
 
 
@@ -347,7 +365,7 @@ def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     algo = config.algo
     assert (config.task.obs_mode, config.task.difficulty, config.task.physics) == \
         ("pixels", 1.0, "fast")
-    assert config.policy.token_policy_config().instruction_keypoints == 4
+    assert config.policy.instruction_keypoints == 4
     assert (algo.bc_demos, algo.bc_epochs, algo.bc_lr, algo.bc_noise) == (200, 30, 1e-3, 0.5)
     assert algo.bc_keep == "best_val_loss"
     assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
@@ -365,4 +383,5 @@ def test_tiny_vla_reach_is_hf_vla_reach_with_another_policy():
     assert (tiny.policy.name, hf.policy.name) == ("tiny_vla", "hf_vla")
     for part in ("task", "algo", "eval"):
         assert getattr(tiny, part) == getattr(hf, part), part
-    assert (tiny.torch_threads, tiny.policy.num_bins) == (hf.torch_threads, hf.policy.num_bins)
+    assert (tiny.torch_threads, tiny.policy.head["num_bins"]) == (hf.torch_threads,
+                                                                   hf.policy.num_bins)

@@ -26,10 +26,11 @@ from harness import config as harness_config
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
 from harness.deploy import ACTION_HEADS, METADATA_KEY, ExportedPolicy, deploy
-from harness.export import GREEDY_RULES, WindowAveragePool, export_onnx, sample_observations
-from harness.policies import TokenPolicyConfig, obs_to_batch, tokens_to_actions
+from harness.export import WindowAveragePool, export_onnx, sample_observations
+from harness.policies import head_class, head_names, obs_to_batch, tokens_to_actions
 from harness.policies import make as make_policy
-from harness.policies.tokens import HEAD_KINDS
+from harness.policies.mlp import MLPConfig
+from harness.policies.tiny_vla import TinyVLAConfig
 from harness.runs import resolve_checkpoint, write_checkpoint
 from harness_common.files import read_metrics, sha256_of
 
@@ -81,7 +82,7 @@ def greedy_observations(policy, env, episodes: int = 2) -> list[dict[str, np.nda
 
 @pytest.mark.parametrize("kind", POLICIES)
 def test_the_graph_gives_the_torch_logits_and_greedy_actions(runs, kind):
-    policy, _, metadata = export_app.load_token_policy(str(runs[kind]))
+    policy, _, metadata = export_app.load_checkpoint_policy(str(runs[kind]))
     env = tasks.make(metadata["task"], **metadata["task_options"])
     observations = greedy_observations(policy, env)
     session = ort.InferenceSession(f"{runs[kind]}.onnx", providers=["CPUExecutionProvider"])
@@ -89,11 +90,11 @@ def test_the_graph_gives_the_torch_logits_and_greedy_actions(runs, kind):
     feeds = {node.name: batch[node.name].numpy() for node in session.get_inputs()}
     logits, tokens, actions = session.run(["logits", "tokens", "actions"], feeds)
     with torch.no_grad():
-        expected_logits = policy.logits(batch)
+        expected_logits = policy.head.logits(policy.features(batch))
         expected_tokens, expected_actions = policy.act(batch, deterministic=True)
     expected_actions = expected_actions[:, 0]  # a chunk of one action: (B, action_dim) out
 
-    assert logits.shape == (len(observations), 4, policy.config.num_bins)
+    assert logits.shape == (len(observations), 4, policy.config.head["num_bins"])
     assert np.abs(logits - expected_logits.numpy()).max() <= 1e-4
     np.testing.assert_array_equal(tokens, expected_tokens.numpy())
     np.testing.assert_array_equal(actions, expected_actions.numpy())
@@ -115,8 +116,8 @@ def test_an_avg_pool_tiny_vla_exports_where_onnx_has_no_adaptive_pool():
     """40 px: 40 -> 20 -> 10 -> 5 after the convolutions, pooled to 4 x 4 (5 is no multiple)."""
     env = tasks.make("reach", obs_mode="pixels", image_size=40)
     torch.manual_seed(0)
-    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4, 4),
-                                           image_features="avg_pool"), env.observation_space)
+    policy = make_policy(TinyVLAConfig(hidden=16, conv_channels=[4, 4, 4],
+                                       image_features="avg_pool"), env.observation_space)
     _, info = export_onnx(policy, {"task": "reach", "task_options": {}},
                           sample_observations(env, 16))
     assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and not info["parity"]["token_mismatches"]
@@ -127,8 +128,8 @@ def test_a_tiny_vla_with_instruction_keypoints_exports_for_any_batch():
     batch size it was traced with (1) and still give the torch logits on 16 observations."""
     env = tasks.make("push", obs_mode="pixels", image_size=32)
     torch.manual_seed(0)
-    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
-                                           instruction_keypoints=2), env.observation_space)
+    policy = make_policy(TinyVLAConfig(hidden=16, conv_channels=[4, 4],
+                                       instruction_keypoints=2), env.observation_space)
     _, info = export_onnx(policy, {"task": "push", "task_options": {}},
                           sample_observations(env, 16))
     assert info["parity"]["max_abs_logit_diff"] <= 1e-4 and not info["parity"]["token_mismatches"]
@@ -159,7 +160,7 @@ def test_the_file_says_what_deploy_needs(runs):
 def test_the_start_policy_exports_with_reference(runs, tmp_path):
     assert export(tmp_path, f"checkpoint={runs['mlp']}", "reference=true",
                   f"out={tmp_path / 'start.onnx'}") == 0
-    start, _, _ = export_app.load_token_policy(str(runs["mlp"]), reference=True)
+    start, _, _ = export_app.load_checkpoint_policy(str(runs["mlp"]), reference=True)
     obs, _ = tasks.make("reach", max_episode_steps=10).reset(seed=5)
     exported = ExportedPolicy(tmp_path / "start.onnx")
     assert exported.info["source"]["policy"].startswith("reference")
@@ -232,7 +233,7 @@ def test_export_refuses_what_it_cannot_export_by_name(runs, tmp_path, capsys, ma
 def test_export_refuses_an_unknown_policy_kind(runs, tmp_path, capsys):
     checkpoint, _ = resolve_checkpoint(runs["mlp"])
     state = torch.load(checkpoint, weights_only=True)
-    state["policy_config"]["kind"] = "cnn"
+    state["policy_config"]["name"] = "cnn"
     run = tmp_path / "cnn_run"
     fake_checkpoint(run, "grpo", b"")
     torch.save(state, run / "checkpoints" / "latest.pt")  # then mend the recorded SHA-256
@@ -240,7 +241,7 @@ def test_export_refuses_an_unknown_policy_kind(runs, tmp_path, capsys):
     meta["sha256"] = sha256_of(run / "checkpoints" / "latest.pt")
     (run / "checkpoints" / "latest.json").write_text(json.dumps(meta))
     assert export(tmp_path, f"checkpoint={run}", f"out={tmp_path / 'x.onnx'}") == 1
-    assert "kind='cnn'" in capsys.readouterr().err
+    assert "policy='cnn'" in capsys.readouterr().err
 
 
 def test_a_failed_parity_check_leaves_the_old_file(runs, tmp_path, monkeypatch, capsys):
@@ -288,8 +289,8 @@ def test_deploy_refuses_bad_models_and_tasks_by_name(runs, tmp_path, capsys):
 
 # --- continuous action heads ------------------------------------------------------------------
 HEAD_RUNS = {  # one action per decision for the Gaussian, a chunk of 3 playing 2 for the flow
-    "gaussian": ["policy.action_head=gaussian"],
-    "flow": ["policy.action_head=flow", "policy.flow_steps=3", "policy.chunk_size=3",
+    "gaussian": ["policy/head=gaussian"],
+    "flow": ["policy/head=flow", "policy.head.steps=3", "policy.chunk_size=3",
              "policy.execute_steps=2"],
 }
 ACTION_TOLERANCE = 1e-5  # float32 rounding of tanh and of the Euler steps; measured below 1e-7
@@ -311,8 +312,8 @@ def head_runs(tmp_path_factory) -> dict[str, Path]:
 def test_a_continuous_head_graph_gives_the_torch_greedy_actions(head_runs, head):
     """On real episodes of the torch policy: the whole chunk as one batch, and the played
     ``execute_steps`` one observation at a time through the deploy side."""
-    policy, _, metadata = export_app.load_token_policy(str(head_runs[head]))
-    assert policy.config.action_head == head
+    policy, _, metadata = export_app.load_checkpoint_policy(str(head_runs[head]))
+    assert policy.config.head["name"] == policy.spec.head == head
     env = tasks.make(metadata["task"], **metadata["task_options"])
     observations = greedy_observations(policy, env)
     session = ort.InferenceSession(f"{head_runs[head]}.onnx", providers=["CPUExecutionProvider"])
@@ -336,9 +337,9 @@ def test_a_continuous_head_graph_gives_the_torch_greedy_actions(head_runs, head)
 @pytest.mark.parametrize("head", HEAD_RUNS)
 def test_a_continuous_head_file_says_its_head_and_rule(head_runs, head):
     info = ExportedPolicy(f"{head_runs[head]}.onnx").info
-    assert info["action_head"] == info["policy"]["action_head"] == head
+    assert info["action_head"] == info["policy"]["head"]["name"] == head
     assert info["outputs"] == ["actions"]
-    assert info["greedy_rule"] == GREEDY_RULES[head]
+    assert info["greedy_rule"] == head_class(head).greedy_rule
     assert not {"num_bins", "bin_centres", "bin_centres_rule"} & set(info)
     assert (info["chunk_size"], info["execute_steps"]) == ((1, 1) if head == "gaussian"
                                                            else (3, 2))
@@ -348,7 +349,7 @@ def test_a_continuous_head_file_says_its_head_and_rule(head_runs, head):
 
 def test_a_token_policy_file_names_its_head():
     env = tasks.make("reach")
-    policy = make_policy(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    policy = make_policy(MLPConfig(use_instruction=True, hidden=16), env.observation_space)
     _, info = export_onnx(policy, {"task": "reach", "task_options": {}})
     assert info["action_head"] == "tokens" and info["outputs"] == ["logits", "tokens", "actions"]
     assert info["num_bins"] == 11 and "greedy_rule" not in info
@@ -382,8 +383,9 @@ def test_a_tiny_vla_with_a_continuous_head_exports(head, tmp_path):
     actions on real observations and plays through the deploy side."""
     env = tasks.make("reach", obs_mode="pixels", image_size=32, max_episode_steps=4)
     torch.manual_seed(0)
-    policy = make_policy(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
-                                           action_head=head, chunk_size=2, flow_steps=2),
+    options = {"steps": 2} if head == "flow" else {}
+    policy = make_policy(TinyVLAConfig(hidden=16, conv_channels=[4, 4], chunk_size=2,
+                                       head={"name": head, **options}),
                          env.observation_space)
     with torch.no_grad():  # outputs from -3 to 3: the flow's clip and tanh's saturation act
         last = policy.head.velocity[-1] if head == "flow" else policy.head.mean
@@ -414,11 +416,17 @@ def test_a_continuous_head_export_that_does_not_reproduce_the_policy_is_refused(
 
 
 def test_a_crafted_action_head_is_refused_by_field(head_runs, tmp_path):
+    """A head's name is any identifier (a plugin's head exports as the built-in continuous
+    ones do: greedy actions); anything else in the field is refused by name."""
     model = onnx.load(f"{head_runs['gaussian']}.onnx")
     info = json.loads({prop.key: prop.value for prop in model.metadata_props}[METADATA_KEY])
-    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps({**info,
-                                                                  "action_head": "beta"})})
-    onnx.save(model, tmp_path / "crafted.onnx")
-    with pytest.raises(ValueError, match="crafted.onnx.*action_head='beta'"):
-        ExportedPolicy(tmp_path / "crafted.onnx")
-    assert ACTION_HEADS == HEAD_KINDS  # the deploy side's torch-free copy
+    for head, refused in (("be ta", True), (7, True), ("laplace", False)):
+        onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps({**info,
+                                                                      "action_head": head})})
+        onnx.save(model, tmp_path / "crafted.onnx")
+        if refused:
+            with pytest.raises(ValueError, match=f"crafted.onnx.*action_head={head!r}"):
+                ExportedPolicy(tmp_path / "crafted.onnx")
+        else:
+            assert ExportedPolicy(tmp_path / "crafted.onnx").action_head == head
+    assert ACTION_HEADS == head_names()  # the deploy side's torch-free copy of the built-ins

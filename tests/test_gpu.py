@@ -23,7 +23,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.policies import TokenPolicyConfig, make, obs_to_batch
+from harness.policies import make, obs_to_batch
+from harness.policies.hf_vla import HFVLAConfig, LoRAConfig
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = [pytest.mark.gpu, needs_cuda]
@@ -60,7 +61,8 @@ def on(batch: dict, device: str) -> dict:
 
 
 def hf_policy(env, model: str, **options):
-    config = TokenPolicyConfig(kind="hf_vla", model=model, num_bins=256, **options)
+    options.setdefault("lora", None)  # every weight trains, unless a test asks for LoRA
+    config = HFVLAConfig(model=model, num_bins=256, **options)
     return make(config, env.observation_space).eval()
 
 
@@ -89,8 +91,8 @@ def test_hf_vla_on_cuda_gives_the_cpu_log_probs_and_actions(env, obs, model):
 @pytest.mark.gpu
 @needs_cuda
 def test_hf_vla_bfloat16_on_cuda_trains_the_adapters_and_keeps_the_reference(env, obs):
-    full = hf_policy(env, "tiny:paligemma", lora_rank=8).to("cuda")
-    half = hf_policy(env, "tiny:paligemma", lora_rank=8, dtype="bfloat16").to("cuda")
+    full = hf_policy(env, "tiny:paligemma", lora=LoRAConfig(rank=8)).to("cuda")
+    half = hf_policy(env, "tiny:paligemma", lora=LoRAConfig(rank=8), dtype="bfloat16").to("cuda")
     assert next(half.vlm.parameters()).dtype == torch.bfloat16
     batch = on(obs, "cuda")
     tokens = torch.randint(0, 256, (4, 4), generator=torch.Generator().manual_seed(2)).cuda()

@@ -33,14 +33,15 @@ def weak_bc_policy(tmp_path_factory):
     import tasks
     from harness.bc import pretrain_bc
     from harness.demos import collect_demos, load_demos
-    from harness.policies import TokenPolicyConfig, make, save_policy
+    from harness.policies import make, save_policy
+    from harness.policies.mlp import MLPConfig
 
     folder = tmp_path_factory.mktemp("bc")
     collect_demos(folder / "demos.hdf5", "reach", 30, obs_mode="state", difficulty=1.0,
                   max_episode_steps=25, progress=False)
     env = tasks.make("reach", max_episode_steps=25)
     torch.manual_seed(0)  # the weights must not depend on which tests ran before
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=32), env.observation_space)
+    policy = make(MLPConfig(use_instruction=True, hidden=32), env.observation_space)
     pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=120, lr=3e-3, seed=0,
                 progress=False)
     save_policy(folder / "bc.pt", policy)
@@ -126,9 +127,10 @@ def test_group_size_one_is_refused_for_group_estimators(tmp_path):
 
 def test_init_policy_of_another_observation_shape_is_refused(tmp_path):
     import tasks
-    from harness.policies import TokenPolicyConfig, make, save_policy
+    from harness.policies import make, save_policy
+    from harness.policies.mlp import MLPConfig
 
-    other = make(TokenPolicyConfig(kind="mlp", hidden=32), tasks.make("push").observation_space)
+    other = make(MLPConfig(use_instruction=True, hidden=32), tasks.make("push").observation_space)
     save_policy(tmp_path / "push_policy.pt", other)
     with pytest.raises(ValueError, match="shape|match"):
         train(tmp_path, "bad", f"algo.init_policy={tmp_path / 'push_policy.pt'}",
@@ -216,14 +218,16 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
     from harness.algos.pools import make_pool
     from harness.algos.records import EngineSpec, Job
     from harness.evaluation import evaluate
-    from harness.policies import TokenPolicyConfig, load_policy, make
+    from harness.policies import load_policy, make
+    from harness.policies.saving import policy_record
+    from harness.policies.tiny_vla import TinyVLAConfig
 
     env = tasks.make("reach", **options)
     if options["obs_mode"] == "state":
         policy = load_policy(weak_bc_policy)
     else:
         torch.manual_seed(0)
-        policy = make(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4)),
+        policy = make(TinyVLAConfig(hidden=16, conv_channels=(4, 4)),
                       env.observation_space)
     policy.eval()
     difficulties = [0.1, 0.6]
@@ -231,7 +235,7 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
                           difficulties, seed=500)
     config = harness_config.compose([*FAST, f"algo.workers={workers}"])
     with make_pool(config.algo.rollout, workers,
-                   EngineSpec("reach", options, policy.config, policy.obs_shapes, 7)) as pool:
+                   EngineSpec("reach", options, policy_record(policy), 7)) as pool:
         pooled = evaluate_in_pool(pool, policy, env, 12, difficulties, seed=500)
         env.reset(seed=500, options={"difficulty": 0.1})
         greedy = pool.run(policy, [Job(env.unwrapped.snapshot(), 0, 0.1)] * 3, 0.0, seed=0)
@@ -310,20 +314,21 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
     from harness.algos.group_update import GroupTrainer
     from harness.algos.records import EngineSpec, Job
     from harness.policies import make
+    from harness.policies.saving import policy_record
 
     config = harness_config.compose([*FAST, *PIXELS, "algo.freeze_encoder=true",
                                      "algo.group_size=4", "algo.num_start_states=3"])
     options = config.task.env_options()
     torch.manual_seed(0)
     env = tasks.make("reach", **options)
-    policy = make(config.policy.token_policy_config(), env.observation_space)
+    policy = make(config.policy, env.observation_space)
     starts = tasks.make("reach", **{**options, "obs_mode": "state"})
     jobs = []
     for group in range(3):
         starts.reset(seed=group, options={"difficulty": 0.1})
         jobs += [Job(starts.snapshot(), group, 0.1)] * 4
     frames, features = (
-        RolloutEngine(EngineSpec("reach", options, policy.config, policy.obs_shapes, 5,
+        RolloutEngine(EngineSpec("reach", options, policy_record(policy), 5,
                                  image_features=keep)).run(
             policy.state_dict(), jobs, 1.0, seed=(7, 1))
         for keep in (False, True))

@@ -54,7 +54,7 @@ def rewrite(path, change) -> None:
 def test_migrate_turns_format_one_into_the_current_format():
     old = {"policy_config": {}, "obs_shapes": {}, "trainer": {}, "best": 0.25}
     new = migrate(old)
-    assert new["format"] == CHECKPOINT_FORMAT == 3
+    assert new["format"] == CHECKPOINT_FORMAT == 4
     assert new["best"] == {"success_rate": 0.25, "mean_return": -math.inf}
     assert {key: new[key] for key in FORMAT_3_DEFAULTS} == FORMAT_3_DEFAULTS
     assert migrate({**old, "best": -1.0})["best"] is None  # "no evaluation yet" in format 1
@@ -69,9 +69,29 @@ def test_migrate_turns_format_two_into_three_without_the_start_baseline():
     kept = {"policy_config": {}, "obs_shapes": {}, "trainer": {}, "best": None,
             "start_outcomes": [True, False]}
     new = migrate({**kept, "format": 2})
-    assert new == {**kept, **FORMAT_3_DEFAULTS, "format": 3}
-    current = {**kept, "format": 3, "best_start_decoding": "sampled"}
+    assert new == {**kept, **FORMAT_3_DEFAULTS, "format": 4, "policy_format": 1, "plugins": []}
+    current = {**kept, "format": 4, "best_start_decoding": "sampled", "policy_format": 2,
+               "plugins": []}
     assert migrate(current) == current  # the current format passes through unchanged
+
+
+def test_migrate_turns_format_three_into_four_with_the_heads_own_weight_names():
+    """Format 3 held every kind's fields in one policy record (``kind``) and the tokens head's
+    layer as ``action_head``: format 4 reads that record as policy format 1 and renames the
+    layer in the policy, the reference and a separate critic, leaving the optimiser as it was
+    (Adam's state is by parameter position, which did not change)."""
+    weight, other = torch.ones(2), torch.zeros(3)
+    networks = {"action_head.weight": weight, "value_head.0.bias": other}
+    old = {"format": 3, "policy_config": {"kind": "mlp", "action_head": "tokens"},
+           "obs_shapes": {}, "trainer": {"policy": networks, "reference": dict(networks),
+                                         "critic": dict(networks), "optimizer": {"state": 1}}}
+    new = migrate(old)
+    assert (new["format"], new["policy_format"], new["plugins"]) == (4, 1, [])
+    for which in ("policy", "reference", "critic"):
+        assert new["trainer"][which] == {"head.linear.weight": weight,
+                                         "value_head.0.bias": other}
+    assert new["trainer"]["optimizer"] == {"state": 1}
+    assert old["trainer"]["policy"] is networks and "action_head.weight" in networks
 
 
 def test_a_format_one_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):

@@ -1,4 +1,4 @@
-"""The continuous action heads (``policy.action_head=gaussian|flow``) through the group trainer,
+"""The continuous action heads (``policy/head=gaussian|flow``) through the group trainer,
 on real reach environments: rollouts record what a replay reproduces, a sampled record scores
 its own sampling density, every group algorithm updates every head with a first ratio of
 exactly 1, a run trains end to end (BC on chunks, GRPO, checkpoint, evaluation), and settings a
@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from hydra.errors import ConfigCompositionException
 
 import tasks
 from harness import config as harness_config
@@ -19,9 +20,10 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import make_pool
 from harness.algos.records import EngineSpec, Job
 from harness.config.errors import ConfigError
-from harness.policies import TokenPolicyConfig, make, obs_to_batch
-from harness.policies.action_heads import log1m_tanh_squared
-from harness.policies.head_base import gaussian_log_density
+from harness.policies import make, obs_to_batch
+from harness.policies.heads.base import gaussian_log_density
+from harness.policies.heads.gaussian import log1m_tanh_squared
+from harness.policies.saving import policy_record
 from harness_common.files import read_metrics
 
 torch.set_num_threads(1)
@@ -36,7 +38,7 @@ def _fast(head: str, algo: str = "grpo") -> list[str]:
     return [
         "task=reach", "task.obs_mode=state", "task.difficulty=0.1",
         f"task.max_episode_steps={LIMIT}", "policy=mlp", "policy.hidden=32",
-        f"policy.chunk_size={H}", f"policy.execute_steps={K}", f"policy.action_head={head}",
+        f"policy.chunk_size={H}", f"policy.execute_steps={K}", f"policy/head={head}",
         f"algo={algo}", "algo.group_size=4", "algo.num_start_states=3",
         "algo.learning_rate=1e-3", "algo.num_iterations=2", "algo.minibatch_size=6",
         "eval.every_steps=0", "eval.final_episodes=6", "eval.episodes=4", "logger=none",
@@ -47,7 +49,7 @@ def _policy_and_jobs(head: str, groups: int = 3, algo: str = "grpo"):
     cfg = harness_config.compose(_fast(head, algo))
     env = tasks.make("reach", **OPTIONS)
     torch.manual_seed(0)
-    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    policy = make(cfg.policy, env.observation_space)
     jobs = []
     for group in range(groups):
         env.reset(seed=group, options={"difficulty": 0.1})
@@ -57,9 +59,9 @@ def _policy_and_jobs(head: str, groups: int = 3, algo: str = "grpo"):
 
 
 def _rollout(cfg, policy, jobs, mode: str = "per_worker"):
-    settings = harness_config.compose([*_fast(policy.config.action_head),
+    settings = harness_config.compose([*_fast(policy.spec.head),
                                        f"algo.rollout.mode={mode}"]).algo.rollout
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
+    spec = EngineSpec("reach", OPTIONS, policy_record(policy), len(jobs))
     with make_pool(settings, 1, spec) as pool:
         return pool.run(policy, jobs, cfg.algo.temperature, seed=(0, 1))
 
@@ -68,7 +70,7 @@ def _chunk_of(policy, record: np.ndarray) -> np.ndarray:
     """The actions ``(H, A)`` a record stands for: ``tanh(u)`` for the Gaussian, the chain's
     last point clipped to the box for the flow."""
     record = torch.as_tensor(record)
-    if policy.config.action_head == "gaussian":
+    if policy.spec.head == "gaussian":
         return torch.tanh(record).view(H, A).numpy()
     return record[-H * A:].clamp(-1.0, 1.0).view(H, A).numpy()
 
@@ -112,7 +114,7 @@ def test_a_gaussian_record_scores_its_own_sampling_density():
     env = tasks.make("reach", **OPTIONS)
     obs = obs_to_batch([env.reset(seed=s)[0] for s in range(5)])
     env.close()
-    uniforms = torch.rand(5, policy.noise_width, generator=torch.Generator().manual_seed(4))
+    uniforms = torch.rand(5, policy.spec.noise_width, generator=torch.Generator().manual_seed(4))
     record, actions = policy.act(obs, temperature=0.7, uniforms=uniforms)
     mean, log_std = policy.head.mean_and_log_std(policy.features(obs))
     std = 0.7 * log_std.exp()
@@ -135,9 +137,9 @@ def test_a_flow_record_is_its_chain_and_scores_as_the_head_does():
     env = tasks.make("reach", **OPTIONS)
     obs = obs_to_batch([env.reset(seed=s)[0] for s in range(5)])
     env.close()
-    uniforms = torch.rand(5, policy.noise_width, generator=torch.Generator().manual_seed(4))
+    uniforms = torch.rand(5, policy.spec.noise_width, generator=torch.Generator().manual_seed(4))
     record, actions = policy.act(obs, temperature=0.8, uniforms=uniforms)
-    steps = policy.config.flow_steps
+    steps = policy.head.steps
     assert record.shape == (5, (steps + 1) * H * A)
     normals = torch.special.ndtri(uniforms.double()).float()
     torch.testing.assert_close(record[:, :H * A], 0.8 * normals[:, :H * A])
@@ -148,9 +150,9 @@ def test_a_flow_record_is_its_chain_and_scores_as_the_head_does():
     unit = policy.log_prob(obs, record, 0.8)
     assert unit.shape == (5, 1)
     torch.testing.assert_close(unit[:, 0], again.log_prob)
-    mask = policy.executed_mask(torch.tensor([1, 2, 1, 2, 2]))
+    mask = policy.spec.executed_mask(torch.tensor([1, 2, 1, 2, 2]))
     assert mask.shape == (5, 1) and bool(mask.all())
-    assert policy.max_units(LIMIT) == math.ceil(LIMIT / K)
+    assert policy.spec.max_units(LIMIT) == math.ceil(LIMIT / K)
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -162,7 +164,7 @@ def test_every_group_algorithm_updates_every_head(head, algo):
     cfg.algo.num_iterations, cfg.algo.minibatch_size = 1, 8
     rollout = _rollout(cfg, policy, jobs)
     trainer = GroupTrainer(cfg, policy)
-    trainer.max_tokens = policy.max_units(LIMIT)
+    trainer.max_tokens = policy.spec.max_units(LIMIT)
     before = [p.detach().clone() for p in policy.head.parameters()]
     rewards = np.array([1, 0, 0, 1, 0, 1, 1, 0], dtype=np.float32)
     metrics = trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
@@ -194,7 +196,7 @@ def test_a_head_run_clones_trains_saves_and_evaluates(head, tmp_path, monkeypatc
     assert all(math.isfinite(v) for _, v in metrics["train/entropy"])
     assert 0.0 <= summary["success_rate"] <= 1.0
     policy = policy_from_state(read_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt"))
-    assert policy.config.action_head == head and policy.head is not None
+    assert policy.spec.head == head and policy.config.head["name"] == head
     env = tasks.make("reach", **OPTIONS)
     obs = obs_to_batch([env.reset(seed=s)[0] for s in range(3)])
     env.close()
@@ -203,21 +205,23 @@ def test_a_head_run_clones_trains_saves_and_evaluates(head, tmp_path, monkeypatc
 
 
 def test_settings_a_head_cannot_take_are_refused_by_name():
-    with pytest.raises(ConfigError, match="action_head='beta'.*'tokens', 'gaussian', 'flow'"):
+    with pytest.raises(ConfigCompositionException, match=r"(?s)beta.*flow.*gaussian.*tokens"):
         harness_config.compose(_fast("beta"))
-    with pytest.raises(ConfigError, match="flow_steps=0"):
-        harness_config.compose([*_fast("flow"), "policy.flow_steps=0"])
-    with pytest.raises(ConfigError, match="flow_noise='loud'"):
-        harness_config.compose([*_fast("flow"), "policy.flow_noise=loud"])
-    with pytest.raises(ConfigError, match="action_head='gaussian' is read by the group"):
+    with pytest.raises(ConfigError, match=r"policy.head \(flow\): steps=0"):
+        harness_config.compose([*_fast("flow"), "policy.head.steps=0"])
+    with pytest.raises(ConfigError, match="noise='loud'"):
+        harness_config.compose([*_fast("flow"), "policy.head.noise=loud"])
+    with pytest.raises(ConfigError, match="policy/head='gaussian' is read by the group"):
         harness_config.compose(["algo=ppo", "task=reach", "task.obs_mode=state", "policy=mlp",
-                                "policy.action_head=gaussian"])
-    with pytest.raises(ValueError, match="action_head='flow' with kind='hf_vla'"):
-        TokenPolicyConfig(kind="hf_vla", action_head="flow")
+                                "policy/head=gaussian"])
+    with pytest.raises(ConfigCompositionException, match="policy/head"):  # its LM head decodes
+        harness_config.compose(["algo=grpo", "task=reach", "task.obs_mode=pixels",
+                                "policy=hf_vla", "policy/head=flow"])
 
 
-def test_a_continuous_head_has_no_token_logits():
-    """Its ONNX export gives greedy actions instead (``tests/test_export.py``)."""
+def test_a_continuous_head_exports_greedy_actions_only():
+    """No token logits: its ONNX graph gives greedy actions (``tests/test_export.py``)."""
     _, policy, _ = _policy_and_jobs("gaussian", groups=1)
-    with pytest.raises(TypeError, match="no token logits"):
-        policy.logits(obs_to_batch([tasks.make("reach", **OPTIONS).reset(seed=0)[0]]))
+    record = policy.export_record()
+    assert record["outputs"] == ["actions"] and "num_bins" not in record
+    assert record["greedy_rule"].startswith("actions = tanh(mean(f))")

@@ -19,16 +19,11 @@ pytest.importorskip("peft")
 import tasks
 from harness import config as harness_config
 from harness.config import ConfigError
-from harness.policies import (
-    TokenPolicyConfig,
-    build_policy,
-    hf_models,
-    hf_tiny,
-    make,
-    obs_to_batch,
-    tokens_to_actions,
-)
-from harness.policies.hf_vla import AdaptersOff, HFVLAPolicy, load_pretrained
+from harness.policies import build_policy, make, obs_to_batch, tokens_to_actions
+from harness.policies.hf_vla import HFVLAConfig, LoRAConfig
+from harness.policies.hf_vla import models as hf_models
+from harness.policies.hf_vla import tiny as hf_tiny
+from harness.policies.hf_vla.policy import AdaptersOff, HFVLAPolicy, load_pretrained
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["tiny:paligemma", "tiny:idefics3"]
@@ -49,7 +44,8 @@ def obs(env):
 
 
 def policy_of(env, model: str, **options) -> HFVLAPolicy:
-    config = TokenPolicyConfig(kind="hf_vla", model=model, num_bins=256, **options)
+    options.setdefault("lora", None)  # every weight trains, unless a test asks for LoRA
+    config = HFVLAConfig(model=model, num_bins=256, **options)
     return make(config, env.observation_space).eval()
 
 
@@ -113,7 +109,7 @@ def test_lora_reference_is_the_model_with_adapters_off(env, obs):
     from harness.algos.group_update import GroupTrainer
 
     cfg = harness_config.compose([*PIXELS, "policy.model=tiny:idefics3", "algo.beta=0.1"])
-    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    policy = make(cfg.policy, env.observation_space)
     tokens = torch.randint(0, 256, (3, 4), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():  # adapters trained before (by BC) are merged into the start policy
         for name, parameter in policy.named_parameters():
@@ -148,7 +144,8 @@ def test_lora_reference_is_the_model_with_adapters_off(env, obs):
 
 @pytest.mark.parametrize(("model", "lora"), [("tiny:paligemma", 4), ("tiny:idefics3", 0)])
 def test_save_pretrained_round_trip_gives_identical_log_probs(tmp_path, env, obs, model, lora):
-    policy = policy_of(env, model, lora_rank=lora, lora_targets=("all-linear",))
+    policy = policy_of(env, model, lora=LoRAConfig(rank=lora, target_modules=["all-linear"])
+                       if lora else None)
     with torch.no_grad():
         for parameter in policy.parameters():  # trained weights, adapters included
             parameter.add_(0.01 * torch.randn_like(parameter))
@@ -218,7 +215,7 @@ def test_bad_model_folders_fail_before_training(tmp_path, env):
     with pytest.raises(ConfigError, match=r"too few to hold policy.num_bins=256"):
         harness_config.compose([*PIXELS, f"policy.model={narrow}"])
     cfg = harness_config.compose([*PIXELS, f"policy.model={narrow}", "policy.num_bins=8"])
-    assert make(cfg.policy.token_policy_config(), env.observation_space).action_ids.numel() == 8
+    assert make(cfg.policy, env.observation_space).action_ids.numel() == 8
 
 
 def test_bfloat16_is_refused_on_a_device_without_it():
@@ -232,7 +229,8 @@ def test_bfloat16_is_refused_on_a_device_without_it():
 def test_policies_import_without_the_vla_extra_and_name_it_when_used():
     code = ("import sys; import harness.policies; "
             "assert 'transformers' not in sys.modules and 'peft' not in sys.modules; "
-            "sys.modules['peft'] = None; from harness.policies import hf_models\n"
+            "sys.modules['peft'] = None\n"
+            "from harness.policies.hf_vla import models as hf_models\n"
             "try:\n    hf_models.require_transformers()\n"
             "except ImportError as error:\n    print(error)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

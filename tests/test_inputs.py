@@ -400,12 +400,12 @@ def exported(tmp_path_factory):
     import torch
 
     from harness.export import export_onnx
-    from harness.policies import TokenPolicyConfig
     from harness.policies import make as make_policy
+    from harness.policies.mlp import MLPConfig
 
     torch.manual_seed(0)
     env = tasks.make("reach")
-    policy = make_policy(TokenPolicyConfig(kind="mlp", hidden=16), env.observation_space)
+    policy = make_policy(MLPConfig(use_instruction=True, hidden=16), env.observation_space)
     return export_onnx(policy, {"task": "reach", "task_options": {"max_episode_steps": 10}})
 
 

@@ -31,7 +31,8 @@ from harness.config import ConfigError, GroupAlgoConfig
 from harness.demos import collect_demos, load_demos
 from harness.lerobot import export_lerobot, load_lerobot, read_info
 from harness.lerobot.video import decode_video
-from harness.policies import TokenPolicyConfig
+from harness.policies.mlp import MLPConfig
+from harness.policies.tiny_vla import TinyVLAConfig
 from harness.start_policy import CloneOptions, cloned_start_policy
 
 torch.set_num_threads(1)
@@ -245,7 +246,7 @@ def test_stats_json_matches_the_data(pixel_demos, exported):
 
 def test_bc_clones_a_pixel_policy_from_a_dataset_folder(exported, tmp_path):
     policy, metrics = cloned_start_policy(
-        "push", PIXEL_OPTIONS, TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4,)),
+        "push", PIXEL_OPTIONS, TinyVLAConfig(hidden=16, conv_channels=[4]),
         CloneOptions(demos=0, epochs=3, difficulty=0.0, demo_dir=tmp_path, progress=False,
                      dataset=exported))
     assert metrics["bc/dataset"] == str(exported) and "bc/demo_file" not in metrics
@@ -292,7 +293,7 @@ def test_dataset_and_recorded_demos_are_exclusive(exported):
 
 def test_a_dataset_without_what_the_task_observes_is_refused(exported, state_dataset,
                                                               tmp_path):
-    mlp = TokenPolicyConfig(kind="mlp", hidden=16)
+    mlp = MLPConfig(use_instruction=True, hidden=16)
     with pytest.raises(ValueError, match=r"lacks the feature\(s\) \['observation.images"):
         cloned_start_policy("reach", {"obs_mode": "pixels", "image_size": IMAGE}, mlp,
                             CloneOptions(demos=0, epochs=1, difficulty=0.0, demo_dir=tmp_path,

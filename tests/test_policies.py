@@ -10,11 +10,9 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional as F
 
+from harness.config.errors import ConfigError
 from harness.policies import (
-    MLPTokenPolicy,
-    TinyVLA,
-    TokenPolicy,
-    TokenPolicyConfig,
+    Policy,
     actions_to_tokens,
     load_policy,
     make,
@@ -23,11 +21,20 @@ from harness.policies import (
     tokens_to_actions,
 )
 from harness.policies.layers import InstructionKeypoints, SpatialSoftmax
+from harness.policies.mlp import MLPConfig
+from harness.policies.mlp.model import MLPPolicy
+from harness.policies.tiny_vla import TinyVLAConfig
+from harness.policies.tiny_vla.model import TinyVLA
 from tasks.language import MAX_TOKENS, VOCAB_SIZE
 
 torch.set_num_threads(1)
 
 STATE_DIM, PROPRIO_DIM, IMAGE = 7, 5, 32
+
+
+def _logits(policy, obs):
+    """The tokens head's scores ``(B, H * A, K)``."""
+    return policy.head.logits(policy.features(obs))
 
 
 def _space(*keys: str, image: int = IMAGE) -> spaces.Dict:
@@ -46,17 +53,17 @@ def _batch(space: spaces.Dict, batch_size: int, seed: int = 0) -> dict[str, torc
 
 
 @pytest.fixture
-def mlp() -> tuple[TokenPolicy, spaces.Dict]:
+def mlp() -> tuple[Policy, spaces.Dict]:
     torch.manual_seed(0)
     space = _space("state", "instruction")
-    return make(TokenPolicyConfig(kind="mlp", hidden=32), space), space
+    return make(MLPConfig(use_instruction=True, hidden=32), space), space
 
 
 @pytest.fixture
-def vla() -> tuple[TokenPolicy, spaces.Dict]:
+def vla() -> tuple[Policy, spaces.Dict]:
     torch.manual_seed(0)
     space = _space("pixels", "proprio", "instruction")
-    config = TokenPolicyConfig(kind="tiny_vla", hidden=32, conv_channels=(8, 8, 8))
+    config = TinyVLAConfig(hidden=32, conv_channels=(8, 8, 8))
     return make(config, space), space
 
 
@@ -81,19 +88,21 @@ def test_bad_bin_count_raises():
         actions_to_tokens(torch.zeros(3), 1)
     with pytest.raises(ValueError, match="num_bins"):
         tokens_to_actions(torch.zeros(3), 1)
-    with pytest.raises(ValueError, match="num_bins=1"):
-        TokenPolicyConfig(num_bins=1)
+    with pytest.raises(ConfigError, match="num_bins=1"):
+        MLPConfig(use_instruction=True, head={"name": "tokens", "num_bins": 1})
 
 
 def test_config_names_bad_values():
-    with pytest.raises(ValueError, match="kind='transformer'"):
-        TokenPolicyConfig(kind="transformer")
-    with pytest.raises(ValueError, match="hidden=0"):
-        TokenPolicyConfig(hidden=0)
-    with pytest.raises(ValueError, match="conv_channels"):
-        TokenPolicyConfig(conv_channels=(8, -1))
-    with pytest.raises(ValueError, match="image_features='max'.*spatial_softmax"):
-        TokenPolicyConfig(image_features="max")
+    with pytest.raises(ConfigError, match="policy kind 'transformer' is not registered"):
+        MLPConfig(name="transformer")
+    with pytest.raises(ConfigError, match="policy.hidden=0"):
+        MLPConfig(use_instruction=True, hidden=0)
+    with pytest.raises(ConfigError, match=r"policy.hidden=100000; need an int in \[1, 16384\]"):
+        TinyVLAConfig(hidden=100_000)
+    with pytest.raises(ConfigError, match="conv_channels"):
+        TinyVLAConfig(conv_channels=(8, -1))
+    with pytest.raises(ConfigError, match="image_features='max'.*spatial_softmax"):
+        TinyVLAConfig(image_features="max")
 
 
 def test_spatial_softmax_finds_a_hot_spot():
@@ -121,10 +130,10 @@ def test_instruction_keypoints_average_the_channels_the_words_pick():
 
 def test_tiny_vla_instruction_keypoints_are_off_by_default_and_read_the_words():
     space = _space("pixels", "instruction", image=24)
-    assert not hasattr(make(TokenPolicyConfig(kind="tiny_vla", hidden=16,
+    assert not hasattr(make(TinyVLAConfig(hidden=16,
                                               conv_channels=(4, 4)), space), "keypoint_chooser")
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4),
+    policy = make(TinyVLAConfig(hidden=16, conv_channels=(4, 4),
                                     instruction_keypoints=2), space)
     assert policy.fusion[0].in_features == 2 * 4 + policy.config.embed_dim + 2 * 2
     obs = _batch(space, 2)
@@ -136,9 +145,10 @@ def test_tiny_vla_instruction_keypoints_are_off_by_default_and_read_the_words():
                                policy.keypoint_chooser(image, policy.instruction_encoder(
                                    other["instruction"])))
     with pytest.raises(ValueError, match="instruction_keypoints=-1"):
-        TokenPolicyConfig(kind="tiny_vla", instruction_keypoints=-1)
-    with pytest.raises(ValueError, match="instruction_keypoints=2 with image_features='avg_pool'"):
-        TokenPolicyConfig(kind="tiny_vla", instruction_keypoints=2, image_features="avg_pool")
+        TinyVLAConfig(instruction_keypoints=-1)
+    with pytest.raises(ValueError, match="instruction_keypoints=2 chooses among spatial-softmax "
+                                         "keypoints.*not 'avg_pool'"):
+        TinyVLAConfig(instruction_keypoints=2, image_features="avg_pool")
     with pytest.raises(ValueError, match="needs spatial_softmax features and an instruction"):
         make(policy.config, _space("pixels", image=24))
 
@@ -149,7 +159,7 @@ def test_tiny_vla_image_features_fit_a_position(image_features):
     # hundred Adam steps of regression to its centre separate keypoints from pooling, and both
     # must at least learn the task, so the test only asserts a fit, not which one wins.
     torch.manual_seed(0)
-    config = TokenPolicyConfig(kind="tiny_vla", hidden=32, conv_channels=(8, 8),
+    config = TinyVLAConfig(hidden=32, conv_channels=(8, 8),
                                image_features=image_features)
     policy = make(config, _space("pixels", image=24))
     generator = torch.Generator().manual_seed(0)
@@ -175,7 +185,7 @@ def test_tiny_vla_image_features_fit_a_position(image_features):
 def test_shapes(policy_name, request):
     policy, space = request.getfixturevalue(policy_name)
     obs = _batch(space, 3)
-    assert policy.logits(obs).shape == (3, 4, 11)
+    assert _logits(policy, obs).shape == (3, 4, 11)
     tokens, actions = policy.act(obs)
     assert tokens.shape == (3, 4) and actions.shape == (3, 1, 4)  # a chunk of one action
     assert tokens.dtype == torch.int64
@@ -186,12 +196,12 @@ def test_shapes(policy_name, request):
 
 
 def test_tiny_vla_takes_any_image_size():
-    config = TokenPolicyConfig(kind="tiny_vla", hidden=16, conv_channels=(4, 4, 4))
+    config = TinyVLAConfig(hidden=16, conv_channels=(4, 4, 4))
     policy = make(config, _space("pixels", image=84))
     assert isinstance(policy, TinyVLA)
-    assert policy.logits(_batch(_space("pixels", image=84), 2)).shape == (2, 4, 11)
+    assert _logits(policy, _batch(_space("pixels", image=84), 2)).shape == (2, 4, 11)
     # adaptive pooling: the same weights run on another image size
-    assert policy.logits(_batch(_space("pixels", image=48), 2)).shape == (2, 4, 11)
+    assert _logits(policy, _batch(_space("pixels", image=48), 2)).shape == (2, 4, 11)
 
 
 def test_tiny_vla_refuses_float_pixels(vla):
@@ -199,7 +209,7 @@ def test_tiny_vla_refuses_float_pixels(vla):
     obs = _batch(space, 2)
     obs["pixels"] = obs["pixels"].float()
     with pytest.raises(TypeError, match="uint8"):
-        policy.logits(obs)
+        _logits(policy, obs)
 
 
 @pytest.mark.parametrize("policy_name", ["mlp", "vla"])
@@ -207,7 +217,7 @@ def test_log_prob_of_samples_is_gathered_log_softmax(policy_name, request):
     policy, space = request.getfixturevalue(policy_name)
     obs = _batch(space, 4)
     tokens, _ = policy.act(obs)
-    expected = F.log_softmax(policy.logits(obs), dim=-1).gather(-1, tokens[..., None])[..., 0]
+    expected = F.log_softmax(_logits(policy, obs), dim=-1).gather(-1, tokens[..., None])[..., 0]
     torch.testing.assert_close(policy.log_prob(obs, tokens), expected)
 
 
@@ -216,14 +226,14 @@ def test_log_prob_has_gradient(mlp):
     obs = _batch(space, 2)
     tokens, _ = policy.act(obs)
     policy.log_prob(obs, tokens).sum().backward()
-    assert policy.action_head.weight.grad.abs().sum() > 0
+    assert policy.head.linear.weight.grad.abs().sum() > 0
 
 
 def test_deterministic_act_is_argmax(mlp):
     policy, space = mlp
     obs = _batch(space, 5)
     tokens, actions = policy.act(obs, deterministic=True)
-    assert torch.equal(tokens, policy.logits(obs).argmax(-1))
+    assert torch.equal(tokens, _logits(policy, obs).argmax(-1))
     torch.testing.assert_close(actions[:, 0], tokens_to_actions(tokens, 11))
 
 
@@ -270,7 +280,7 @@ def test_instruction_changes_the_mlp_output(mlp):
     obs = _batch(space, 1)
     other = dict(obs, instruction=torch.zeros_like(obs["instruction"]))
     other["instruction"][0, :2] = torch.tensor([2, 3])
-    assert not torch.allclose(policy.logits(obs), policy.logits(other))
+    assert not torch.allclose(_logits(policy, obs), _logits(policy, other))
 
 
 # --- behaviour cloning sanity -----------------------------------------------------------------
@@ -278,7 +288,7 @@ def test_instruction_changes_the_mlp_output(mlp):
 
 def test_mlp_fits_a_fixed_mapping_by_cross_entropy():
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=64), _space("state"))
+    policy = make(MLPConfig(use_instruction=True, hidden=64), _space("state"))
     obs = {"state": torch.randn(32, STATE_DIM)}
     targets = torch.randint(0, 11, (32, 4))
     optimiser = torch.optim.Adam(policy.parameters(), lr=3e-3)
@@ -295,21 +305,21 @@ def test_mlp_fits_a_fixed_mapping_by_cross_entropy():
 
 
 def test_make_builds_the_right_kind():
-    assert isinstance(make(TokenPolicyConfig(kind="mlp"), _space("state")), MLPTokenPolicy)
-    policy = make(TokenPolicyConfig(kind="tiny_vla"), _space("pixels", "proprio"))
+    assert isinstance(make(MLPConfig(use_instruction=True), _space("state")), MLPPolicy)
+    policy = make(TinyVLAConfig(), _space("pixels", "proprio"))
     assert isinstance(policy, TinyVLA)
 
 
 def test_make_names_missing_keys():
     with pytest.raises(ValueError, match="pixels"):
-        make(TokenPolicyConfig(kind="tiny_vla"), _space("state", "instruction"))
+        make(TinyVLAConfig(), _space("state", "instruction"))
     with pytest.raises(ValueError, match="state"):
-        make(TokenPolicyConfig(kind="mlp"), _space("pixels", "proprio"))
+        make(MLPConfig(use_instruction=True), _space("pixels", "proprio"))
 
 
 def test_make_refuses_non_dict_space():
     with pytest.raises(TypeError, match="Dict"):
-        make(TokenPolicyConfig(), spaces.Box(-1, 1, (3,)))
+        make(MLPConfig(use_instruction=True), spaces.Box(-1, 1, (3,)))
 
 
 # --- checkpoints ------------------------------------------------------------------------------
@@ -325,7 +335,7 @@ def test_save_load_round_trip(policy_name, request, tmp_path):
     assert type(loaded) is type(policy)
     assert loaded.config == policy.config
     obs = _batch(space, 3)
-    torch.testing.assert_close(loaded.logits(obs), policy.logits(obs))
+    torch.testing.assert_close(_logits(loaded, obs), _logits(policy, obs))
     torch.testing.assert_close(loaded.value(obs), policy.value(obs))
 
 

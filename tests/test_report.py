@@ -513,7 +513,7 @@ def test_algo_comparison_gives_every_algorithm_the_same_budget_and_start(algo, e
 
 
 @pytest.mark.parametrize("override", ["algo.bc_difficulty=1.0", "algo.bc_demos=0",
-                                      "policy.action_head=gaussian", "algo=vla_ppo"])
+                                      "policy/head=gaussian", "algo=vla_ppo"])
 def test_reach_diagnosis_changes_one_factor(override):
     base = harness_config.compose(["+experiment=reach_diagnosis"])
     config = harness_config.compose(["+experiment=reach_diagnosis", override])

@@ -26,6 +26,7 @@ from harness.algos.records import EngineSpec, Job, RolloutWorkerError
 from harness.config import ConfigError
 from harness.config.algos import RolloutConfig
 from harness.policies import make, sample_tokens
+from harness.policies.saving import policy_record
 from harness_common.files import read_metrics
 
 FAST = [
@@ -93,11 +94,11 @@ def _jobs(policy_count: int = 48):
         env.reset(seed=group, options={"difficulty": 0.3})
         jobs += [Job(env.snapshot(), group, 0.3)] * 4
     torch.manual_seed(0)
-    policy = make(harness_config.compose(FAST).policy.token_policy_config(),
+    policy = make(harness_config.compose(FAST).policy,
                   env.observation_space)
     env.close()
-    spec = EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 12}, policy.config,
-                      policy.obs_shapes, 6)
+    spec = EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 12},
+                      policy_record(policy), 6)
     return policy, jobs, spec
 
 
@@ -162,7 +163,7 @@ def test_jobs_and_specs_that_are_not_records_are_refused():
     with pytest.raises(TypeError, match="expected a harness.algos.records.EngineSpec"):
         make_pool(RolloutConfig(), 1, ("reach", {}, policy.config, policy.obs_shapes, 6))
     with pytest.raises(ValueError, match="num_envs=0"):
-        EngineSpec("reach", {}, policy.config, policy.obs_shapes, 0)
+        EngineSpec("reach", {}, policy_record(policy), 0)
 
 
 def test_weights_travel_only_when_they_changed():

@@ -147,10 +147,11 @@ def saved_policy(tmp_path_factory):
     """A LoRA ``hf_vla`` policy saved as ``save_pretrained`` writes it (8 bins), which loads."""
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from harness.policies import TokenPolicyConfig, build_policy
+    from harness.policies import build_policy
+    from harness.policies.hf_vla import HFVLAConfig, LoRAConfig
 
-    config = TokenPolicyConfig(kind="hf_vla", model="tiny:idefics3", num_bins=8, lora_rank=2,
-                               lora_targets=("all-linear",))
+    config = HFVLAConfig(model="tiny:idefics3", num_bins=8,
+                         lora=LoRAConfig(rank=2, target_modules=["all-linear"]))
     folder = tmp_path_factory.mktemp("hf") / "policy"
     build_policy(config, {"pixels": (32, 32, 3), "proprio": (8,), "instruction": (12,)}
                  ).save_pretrained(folder)

@@ -21,18 +21,17 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from harness.policies.smolvla import (
-    SmolVLAModel,
-    sample_flow_time,
-    sinusoidal_time_embedding,
-    tiny_config,
-)
-from harness.policies.smolvla_config import CheckpointError, SmolVLAConfig
-from harness.policies.smolvla_layers import (
+from harness.policies.smolvla.architecture import CheckpointError, SmolVLAConfig, tiny_config
+from harness.policies.smolvla.layers import (
     attention_mask_2d,
     grouped_attention,
     patch_positions,
     rotary,
+)
+from harness.policies.smolvla.model import (
+    SmolVLAModel,
+    sample_flow_time,
+    sinusoidal_time_embedding,
 )
 
 side = importlib.import_module("studies.smolvla_lerobot_side")

@@ -7,7 +7,6 @@ stay, and a fine-tuned LoRA run writes back as a LeRobot folder that acts as it 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import io
 import json
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra.errors import ConfigCompositionException
 
 import tasks
 from harness import config as harness_config
@@ -26,8 +26,10 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.pools import make_pool
 from harness.algos.records import EngineSpec, Job
 from harness.config.errors import ConfigError
-from harness.policies import TokenPolicyConfig, make, obs_to_batch
-from harness.policies.head_base import gaussian_log_density
+from harness.policies import make, obs_to_batch
+from harness.policies.heads.base import gaussian_log_density
+from harness.policies.saving import policy_record
+from harness.policies.smolvla import SmolVLAPolicyConfig
 from harness_common.files import read_metrics
 
 torch.set_num_threads(1)
@@ -47,7 +49,7 @@ OPERATIONAL = ("time/", "rollout/worker_restarts")
 def _policy(*overrides: str):
     cfg = harness_config.compose([*FAST, *overrides])
     env = tasks.make("reach", **OPTIONS)
-    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    policy = make(cfg.policy, env.observation_space)
     obs = obs_to_batch([env.reset(seed=s)[0] for s in range(3)])
     env.close()
     return cfg, policy, obs
@@ -79,11 +81,11 @@ def _group_update(cfg, policy) -> dict[str, float]:
         env.reset(seed=group, options={"difficulty": 0.1})
         jobs += [Job(env.snapshot(), group, 0.1)] * 2
     env.close()
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
-    with make_pool(cfg.algo.rollout, 1, spec) as pool:
+    spec = EngineSpec("reach", OPTIONS, policy_record(policy), len(jobs))
+    with make_pool(cfg.algo.rollout, 1, spec, preferred=policy.spec.rollout_mode) as pool:
         rollout = pool.run(policy, jobs, 1.0, seed=(0, 1))
     trainer = GroupTrainer(cfg, policy)
-    trainer.max_tokens = policy.max_units(9)
+    trainer.max_tokens = policy.spec.max_units(9)
     rewards = np.array([1, 0, 0, 1], dtype=np.float32)
     return trainer.update(rollout, rewards, trainer.advantages(rollout, rewards),
                           np.ones(2, dtype=bool))
@@ -91,7 +93,7 @@ def _group_update(cfg, policy) -> dict[str, float]:
 
 def test_a_sampled_chain_scores_its_own_density_and_greedy_is_smolvlas_sampler():
     _, policy, obs = _policy()
-    uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
+    uniforms = torch.rand(3, policy.spec.noise_width, generator=torch.Generator().manual_seed(1))
     record, actions = policy.act(obs, temperature=0.8, uniforms=uniforms)
     steps, entries = policy.steps, policy.entries
     assert record.shape == (3, (steps + 1) * entries) and actions.shape == (3, H, A)
@@ -131,11 +133,11 @@ def test_both_rollout_modes_play_the_same_decisions():
     env.reset(seed=0, options={"difficulty": 0.1})
     jobs = [Job(env.snapshot(), 0, 0.1)] * 4
     env.close()
-    spec = EngineSpec("reach", OPTIONS, policy.config, policy.obs_shapes, len(jobs))
+    spec = EngineSpec("reach", OPTIONS, policy_record(policy), len(jobs))
     runs = []
     for mode in ("per_worker", "batched"):
         settings = harness_config.compose([*FAST, f"algo.rollout.mode={mode}"]).algo.rollout
-        with make_pool(settings, 1, spec) as pool:
+        with make_pool(settings, 1, spec, preferred=policy.spec.rollout_mode) as pool:
             runs.append(pool.run(policy, jobs, 1.0, seed=(0, 1)))
     for name in ("decisions", "executed", "lengths", "success"):
         assert np.array_equal(getattr(runs[0], name), getattr(runs[1], name)), name
@@ -163,7 +165,7 @@ def test_a_smolvla_run_clones_trains_saves_and_resumes(tmp_path, monkeypatch):
     assert math.isfinite(straight["bc/val_action_error"][0][1])
     policy = policy_from_state(read_checkpoint(tmp_path / "straight" / "checkpoints"
                                                / "latest.pt"))
-    assert policy.config.kind == "smolvla" and policy.noise_width > 0
+    assert policy.config.name == policy.spec.kind == "smolvla" and policy.spec.noise_width > 0
     _run(tmp_path, "resumed", *extra, "algo.iterations=2")
     assert _run(tmp_path, "resumed", *extra, "algo.iterations=3", "resume=true") == straight
 
@@ -179,8 +181,11 @@ def test_bad_smolvla_settings_are_refused_by_name(tmp_path):
         harness_config.compose([*FAST, "policy.flow_steps=0"])
     with pytest.raises(ConfigError, match="policy='smolvla' reads 'pixels'"):
         harness_config.compose([*FAST, "task.obs_mode=state"])
-    with pytest.raises(ValueError, match="kind='smolvla', whose action expert is a flow"):
-        TokenPolicyConfig(kind="smolvla", action_head="gaussian")
+    # its action expert is a flow: the smolvla config has no action head to choose
+    with pytest.raises(TypeError, match="head"):
+        SmolVLAPolicyConfig(head={"name": "gaussian"})
+    with pytest.raises(ConfigCompositionException, match="'head' not in 'SmolVLAPolicyConfig'"):
+        harness_config.compose([*FAST, "+policy/head=gaussian"])
     with pytest.raises(ConfigError, match=r"policy.dtype='float16'; choose one of "
                                           r"\('float32', 'bfloat16'\)"):
         harness_config.compose([*FAST, "policy.dtype=float16"])
@@ -190,7 +195,7 @@ def test_an_export_of_smolvla_is_refused_by_name():
     from harness.export import export_onnx
 
     _, policy, _ = _policy()
-    with pytest.raises(ValueError, match="action_head='flow': ONNX export covers token"):
+    with pytest.raises(TypeError, match="cannot export policy=smolvla to ONNX"):
         export_onnx(policy, {"task": "reach", "task_options": OPTIONS})
 
 
@@ -227,7 +232,7 @@ def test_a_bfloat16_policy_samples_scores_trains_and_reloads():
     kept = [policy.noise_logit, *policy.value_head.parameters(), network.state_proj.weight,
             network.action_in_proj.weight, network.action_out_proj.weight]
     assert all(p.dtype == torch.float32 for p in kept)
-    uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
+    uniforms = torch.rand(3, policy.spec.noise_width, generator=torch.Generator().manual_seed(1))
     record, actions = policy.act(obs, uniforms=uniforms)
     assert record.dtype == actions.dtype == torch.float32
     log_prob = policy.log_prob(obs, record)[:, 0]
@@ -240,7 +245,7 @@ def test_a_bfloat16_policy_samples_scores_trains_and_reloads():
     moved = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p)}
     assert "noise_logit" in moved and any(".lm_expert." in n for n in moved)
     assert any(".text_model." in n for n in moved)
-    saved = {"policy_config": dataclasses.asdict(policy.config), "obs_shapes": policy.obs_shapes,
+    saved = {"policy_config": policy.config.to_saved(), "obs_shapes": policy.obs_shapes,
              "trainer": {"policy": policy.state_dict()}}
     buffer = io.BytesIO()
     torch.save(saved, buffer)
@@ -267,7 +272,8 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients():
         for name, layer in layers.items():
             layer.register_forward_pre_hook(
                 lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
-        uniforms = torch.rand(3, policy.noise_width, generator=torch.Generator().manual_seed(1))
+        uniforms = torch.rand(3, policy.spec.noise_width,
+                              generator=torch.Generator().manual_seed(1))
         record, _ = policy.act(obs, uniforms=uniforms)
         chunks = torch.rand(3, H, A, generator=torch.Generator().manual_seed(2)) * 2 - 1
         policy.train()
@@ -316,10 +322,10 @@ def test_a_fine_tuned_smolvla_writes_back_as_a_lerobot_folder(lora_run, tmp_path
     with its noise scales and value head."""
     from safetensors import safe_open
 
-    from harness.policies.smolvla import SmolVLAModel
-    from harness.policies.smolvla_policy import HEADS_FILE
+    from harness.policies.smolvla.model import SmolVLAModel
+    from harness.policies.smolvla.policy import HEADS_FILE
 
-    fine_tuned, _, _ = export_app.load_token_policy(str(lora_run))
+    fine_tuned, _, _ = export_app.load_checkpoint_policy(str(lora_run))
     adapters = [p for n, p in fine_tuned.named_parameters() if ".lora_B." in n]
     assert adapters and any(p.abs().max() > 0 for p in adapters)  # BC moved them: merging matters
     out = tmp_path / "smolvla_reach"
@@ -336,7 +342,7 @@ def test_a_fine_tuned_smolvla_writes_back_as_a_lerobot_folder(lora_run, tmp_path
     assert (written["type"], written["num_steps"], written["n_action_steps"]) == ("smolvla", 3, K)
     cfg = harness_config.compose([*FAST, f"policy.model={out}"])
     env = tasks.make("reach", **OPTIONS)
-    reloaded = make(cfg.policy.token_policy_config(), env.observation_space)
+    reloaded = make(cfg.policy, env.observation_space)
     obs = obs_to_batch([env.reset(seed=s)[0] for s in range(4)])
     env.close()
     with torch.no_grad():
@@ -373,7 +379,8 @@ def test_lerobot_export_refuses_bad_inputs_by_name(lora_run, tmp_path, capsys):
         "algo.iterations=1", "algo.group_size=2", "algo.num_start_states=2",
         "algo.minibatch_size=4", "eval.every_steps=0", "eval.final_episodes=2", "logger=none"]),
         mlp_run)
-    assert "policy='mlp'; format=lerobot writes policy=smolvla only" in refused(
+    assert ("policy='mlp'; format=lerobot writes policies in LeRobot's layout only "
+            "(policy=smolvla") in refused(
         f"checkpoint={mlp_run}", "format=lerobot", f"out={tmp_path / 'x'}")
     assert not (tmp_path / "x").exists()
     assert export(tmp_path, f"checkpoint={lora_run}", "format=lerobot", f"out={out}",

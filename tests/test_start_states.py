@@ -18,6 +18,7 @@ from harness.algos.start_states import StartStates
 from harness.config import ConfigError
 from harness.demos import collect_demos, load_demo_snapshots, load_demos
 from harness.policies import make
+from harness.policies.saving import policy_record
 from harness_common.files import read_metrics
 
 FAST = [
@@ -41,14 +42,14 @@ def test_a_group_started_from_a_demo_step_replays_that_step_exactly(demo_path):
     demos = load_demos(demo_path)
     env = tasks.make("reach", obs_mode="state", max_episode_steps=20)
     torch.manual_seed(0)
-    policy = make(harness_config.compose(FAST).policy.token_policy_config(),
+    policy = make(harness_config.compose(FAST).policy,
                   env.observation_space)
     step = len(snapshots[1]) // 2
     recorded = demos.obs["state"][len(snapshots[0]) + step]  # episodes are concatenated
     snapshot = tasks.snapshot_from_bytes(snapshots[1][step])
     jobs = [Job(snapshot, 0, 0.5)] * 4
     with PerWorkerPool(EngineSpec("reach", {"obs_mode": "state", "max_episode_steps": 20},
-                                  policy.config, policy.obs_shapes, 4), 1) as pool:
+                                  policy_record(policy), 4), 1) as pool:
         rollout = pool.run(policy, jobs, 1.0, seed=0)
     firsts = rollout.obs["state"][rollout.starts]
     assert np.array_equal(firsts, np.stack([recorded] * 4))

@@ -117,17 +117,18 @@ def _rollout_and_trainer(*overrides):
     from harness.algos.pools import PerWorkerPool
     from harness.algos.records import EngineSpec, Job
     from harness.policies import make
+    from harness.policies.saving import policy_record
 
     cfg = compose(*overrides)
     env = tasks.make("reach", obs_mode="state", max_episode_steps=15)
     torch.manual_seed(0)
-    policy = make(cfg.policy.token_policy_config(), env.observation_space)
+    policy = make(cfg.policy, env.observation_space)
     jobs = []
     for group in range(2):
         env.reset(seed=100 + group, options={"difficulty": 0.1})
         jobs += [Job(env.snapshot(), group, 0.1)] * cfg.algo.group_size
-    pool = PerWorkerPool(EngineSpec("reach", cfg.task.env_options(), policy.config,
-                                    policy.obs_shapes, len(jobs)), 1)
+    pool = PerWorkerPool(EngineSpec("reach", cfg.task.env_options(), policy_record(policy),
+                                    len(jobs)), 1)
     rollout = pool.run(policy, jobs, cfg.algo.temperature, seed=0)
     pool.close()
     env.close()
@@ -155,7 +156,8 @@ def test_log_probs_are_those_of_the_sampling_temperature():
     obs = obs_to_batch(rollout.obs, batched=True)
     tokens = torch.as_tensor(rollout.decisions)
     with torch.no_grad():
-        expected = torch.log_softmax(trainer.policy.logits(obs) / 0.5, dim=-1).gather(
+        logits = trainer.policy.head.logits(trainer.policy.features(obs))
+        expected = torch.log_softmax(logits / 0.5, dim=-1).gather(
             -1, tokens.unsqueeze(-1)).squeeze(-1)
         assert torch.allclose(trainer._log_probs(trainer.policy, obs, tokens), expected)
     rewards = np.array([1, 0, 0, 0, 1, 1, 0, 0], dtype=np.float32)
@@ -169,11 +171,13 @@ def test_log_probs_are_those_of_the_sampling_temperature():
 def test_sampling_at_a_temperature_matches_its_log_probs():
     """4,000 tokens sampled at T = 0.5 from one observation: each bin's frequency matches
     exp(log_prob(..., temperature=0.5))."""
-    from harness.policies import TokenPolicyConfig, make, obs_to_batch
+    from harness.policies import make, obs_to_batch
+    from harness.policies.mlp import MLPConfig
 
     env = tasks.make("reach")
     torch.manual_seed(1)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=16, num_bins=5), env.observation_space)
+    policy = make(MLPConfig(use_instruction=True, hidden=16,
+                            head={"name": "tokens", "num_bins": 5}), env.observation_space)
     obs = obs_to_batch([env.reset(seed=3)[0]] * 4000)
     tokens, _ = policy.act(obs, temperature=0.5)
     one, dims = {k: v[:1] for k, v in obs.items()}, policy.config.action_dim
@@ -183,7 +187,9 @@ def test_sampling_at_a_temperature_matches_its_log_probs():
     observed = torch.stack([torch.bincount(tokens[:, d], minlength=5) / 4000.0
                             for d in range(dims)])
     assert torch.allclose(observed, expected, atol=0.03)
-    assert not torch.allclose(expected, torch.softmax(policy.logits(one)[0], -1), atol=0.03)
+    with torch.no_grad():
+        logits = policy.head.logits(policy.features(one))
+    assert not torch.allclose(expected, torch.softmax(logits[0], -1), atol=0.03)
 
 
 @pytest.mark.parametrize(("algo", "rewards", "signal"), [
@@ -203,13 +209,14 @@ def cloned_policy(tmp_path_factory):
     often enough that some groups are all successes."""
     from harness.bc import pretrain_bc
     from harness.demos import collect_demos, load_demos
-    from harness.policies import TokenPolicyConfig, make, save_policy
+    from harness.policies import make, save_policy
+    from harness.policies.mlp import MLPConfig
 
     folder = tmp_path_factory.mktemp("bc")
     collect_demos(folder / "demos.hdf5", "reach", 20, obs_mode="state", difficulty=0.0,
                   max_episode_steps=15, progress=False)
     torch.manual_seed(0)
-    policy = make(TokenPolicyConfig(kind="mlp", hidden=32),
+    policy = make(MLPConfig(use_instruction=True, hidden=32),
                   tasks.make("reach", max_episode_steps=15).observation_space)
     pretrain_bc(policy, load_demos(folder / "demos.hdf5"), epochs=300, lr=3e-3, seed=0,
                 progress=False)
@@ -288,11 +295,12 @@ def test_success_band_takes_its_group_size_from_the_algorithm():
 @pytest.fixture(scope="module")
 def saved_start_policy(tmp_path_factory):
     """A real start policy file for ``algo.init_policy``: a fresh MLP token policy of reach."""
-    from harness.policies import TokenPolicyConfig, make, save_policy
+    from harness.policies import make, save_policy
+    from harness.policies.mlp import MLPConfig
 
     path = tmp_path_factory.mktemp("start") / "start_policy.pt"
     torch.manual_seed(0)
-    save_policy(path, make(TokenPolicyConfig(kind="mlp", hidden=8),
+    save_policy(path, make(MLPConfig(use_instruction=True, hidden=8),
                            tasks.make("reach", obs_mode="state").observation_space))
     return path
 

@@ -33,7 +33,7 @@ OPERATIONAL = ("time/", "rollout/worker_restarts")  # wall clock and restarts di
 def _trainer(*overrides: str) -> GroupTrainer:
     cfg = harness_config.compose([*FAST, *overrides])
     torch.manual_seed(0)
-    policy = make(cfg.policy.token_policy_config(),
+    policy = make(cfg.policy,
                   tasks.make("reach", obs_mode="state").observation_space)
     return GroupTrainer(cfg, policy)
 

@@ -19,7 +19,7 @@ from harness.algos.records import HostSpec, Job, WorkerDied, check_jobs
 from harness.algos.rollouts import PolicyActor, RolloutBatch, play
 from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
-from harness.policies import TokenPolicy
+from harness.policies import Policy
 
 
 class BatchedPool(PoolBase):
@@ -41,7 +41,7 @@ class BatchedPool(PoolBase):
         self.spec = spec
         self.workers = WorkerSet(spec, workers, settings or RolloutConfig(), gpus=0.0)
 
-    def run(self, policy: TokenPolicy, jobs: list[Job], temperature: float,
+    def run(self, policy: Policy, jobs: list[Job], temperature: float,
             seed: int | tuple[int, ...]) -> RolloutBatch:
         """Play every job once with ``policy`` (the learner's own, on its device).
 

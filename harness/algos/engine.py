@@ -10,7 +10,7 @@ import torch
 
 from harness.algos.records import EngineSpec, Job
 from harness.algos.rollouts import EnvHost, InProcess, PolicyActor, RolloutBatch, play
-from harness.policies import build_policy
+from harness.policies.saving import policy_from_record
 
 
 class RolloutEngine:
@@ -26,7 +26,7 @@ class RolloutEngine:
     def __init__(self, spec: EngineSpec, device: str = "cpu") -> None:
         torch.set_flush_denormal(True)  # see harness.algos.group.train
         self.host = EnvHost(spec.host)
-        self.policy = build_policy(spec.policy_config, spec.obs_shapes).to(torch.device(device))
+        self.policy = policy_from_record(dict(spec.policy), None).to(torch.device(device))
         self.policy.eval()
         self.image_features = bool(spec.image_features)
 

@@ -28,7 +28,6 @@ is where GRPO's per-attempt length normalisation and Dr. GRPO's constant normali
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -57,9 +56,9 @@ from harness.algos.start_states import StartStates, demo_start_file
 from harness.config import TrainConfig, demo_first_seed
 from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
-from harness.policies import TokenPolicy, resolve_device
-from harness.policies import load_policy as load_token_policy
+from harness.policies import Policy, load_policy, resolve_device
 from harness.policies import make as make_policy
+from harness.policies.saving import policy_record
 from harness.runs import Run
 from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
 from harness.start_policy import check_start_policy as check_init_policy
@@ -115,7 +114,7 @@ class GroupRun:
             self.start["start_policy"] = keep_start_policy(self.policy, run.dir,
                                                            algo.init_policy)
         self.trainer = GroupTrainer(cfg, self.policy, self.device)
-        self.trainer.max_tokens = self.policy.max_units(self.probe.max_episode_steps)
+        self.trainer.max_tokens = self.policy.spec.max_units(self.probe.max_episode_steps)
         self.curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed,
                                          **cfg.curriculum_params())
         demos = None
@@ -141,17 +140,17 @@ class GroupRun:
         ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
         cfg.policy.check_device(resolve_device(cfg.device))
 
-    def _initial_policy(self) -> tuple[TokenPolicy, dict[str, Any]]:
+    def _initial_policy(self) -> tuple[Policy, dict[str, Any]]:
         """The starting policy: ``algo.init_policy``, else BC on ``algo.bc_demos`` demos or on
         the ``algo.bc_dataset`` folder, else fresh."""
         cfg, algo = self.cfg, self.cfg.algo
         if algo.init_policy:
-            policy = load_token_policy(algo.init_policy, self.probe.observation_space)
-            check_init_policy(policy.config, cfg.policy.token_policy_config(), algo.init_policy)
+            policy = load_policy(algo.init_policy, self.probe.observation_space)
+            check_init_policy(policy, cfg.policy, algo.init_policy)
             return policy, {}
         if algo.bc_demos > 0 or algo.bc_dataset:
             return cloned_start_policy(
-                cfg.task.name, self.task_options, cfg.policy.token_policy_config(),
+                cfg.task.name, self.task_options, cfg.policy,
                 CloneOptions(
                     demos=algo.bc_demos, epochs=algo.bc_epochs,
                     difficulty=(cfg.task.difficulty if algo.bc_difficulty is None
@@ -164,8 +163,8 @@ class GroupRun:
                     bc_shift_pad=algo.bc_shift_pad, bc_lr=algo.bc_lr, bc_keep=algo.bc_keep,
                     device=str(self.device), dataset=algo.bc_dataset, noise=algo.bc_noise),
             )
-        config = cfg.policy.token_policy_config()
-        if config.normalize_state:
+        config = cfg.policy
+        if getattr(config, "normalize_state", False):
             log.warning("policy.normalize_state=true, but no behaviour cloning fits its "
                         "statistics (algo.bc_demos=0, no algo.bc_dataset): the state stays "
                         "unscaled")
@@ -178,17 +177,19 @@ class GroupRun:
         detector = self.detector
         verifier_view = (detector.camera, int(detector.image_size)) if detector else None
         return pools.make_pool(algo.rollout, algo.workers, EngineSpec(
-            self.cfg.task.name, self.task_options, self.policy.config, self.policy.obs_shapes,
+            self.cfg.task.name, self.task_options, policy_record(self.policy),
             max(1, math.ceil(attempts / algo.workers)), verifier_view,
-            algo.replay_every if self.starts.replay_wanted else 0, self.trainer.freeze_encoder))
+            algo.replay_every if self.starts.replay_wanted else 0, self.trainer.freeze_encoder),
+            preferred=self.policy.spec.rollout_mode)
 
     # ------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs (:mod:`harness.algos.group_checkpoints` has the format)."""
+        record = policy_record(self.policy)
         return {
-            "format": checkpoints.CHECKPOINT_FORMAT,
-            "policy_config": dataclasses.asdict(self.policy.config),
-            "obs_shapes": {k: list(v) for k, v in self.policy.obs_shapes.items()},
+            "format": checkpoints.CHECKPOINT_FORMAT, "policy_config": record["config"],
+            "policy_format": record["format"], "plugins": record["plugins"],
+            "obs_shapes": record["obs_shapes"],
             "trainer": self.trainer.state_dict(), "curriculum": self.curriculum.state_dict(),
             "starts": self.starts.state_dict(),
             "adr": self.adr.state_dict() if self.adr is not None else None,
@@ -236,9 +237,8 @@ class GroupRun:
         write = partial(checkpoints.write_state, self.state_dict())
         path = self.run.save_checkpoint(name, ".pt", write,
                                         self.run.checkpoint_metadata(self.env_steps, **extra))
-        save_pretrained = getattr(self.policy, "save_pretrained", None)  # hf_vla: safetensors
-        if save_pretrained is not None:
-            save_pretrained(self.run.checkpoints_dir / f"{name}_pretrained")
+        if not self.policy.spec.single_file:  # hf_vla: a transformers folder beside it
+            self.policy.save_pretrained(self.run.checkpoints_dir / f"{name}_pretrained")
         return path
 
     validate_checkpoint = staticmethod(checkpoints.validate_checkpoint)
@@ -246,7 +246,7 @@ class GroupRun:
     load_policy = staticmethod(checkpoints.load_policy)
 
     # ------------------------------------------------------------------------- evaluation
-    def _play(self, which: TokenPolicy, seed: int, episodes: int, sampled: bool = False,
+    def _play(self, which: Policy, seed: int, episodes: int, sampled: bool = False,
               videos: int = 0) -> EvaluationResult:
         """Evaluate ``which`` on ``episodes`` seeds from ``seed``: greedy through the rollout
         pool, sampled (seeded by ``seed``, the training RNG untouched) or filmed in this
@@ -310,7 +310,7 @@ class GroupRun:
                                       collected.advantages, collected.keep)
         self.iterations_done += 1
         metrics.update({
-            **rollout_metrics(collected, self.policy.config.action_dim),
+            **rollout_metrics(collected, self.policy.spec.action_dim),
             "time/rollout_s": rollout_s, "time/update_s": time.perf_counter() - t1,
             "time/iteration": float(self.iterations_done),
             "rollout/worker_restarts": float(self.pool.restarts),

@@ -14,6 +14,10 @@ Format history:
 * 3: adds the start policy's sampled test outcomes (``start_sampled_outcomes``), its
   validation success rates (``start_validation``) and the better decoding they chose
   (``best_start_decoding``): :class:`harness.algos.group_summary.StartBaseline`.
+* 4: the policy's own config (``policy_config`` of its kind, :mod:`harness.policies.saving`'s
+  format 2) and the ``plugins`` that registered its kind or head; format 3 held every kind's
+  fields in one record, and the tokens head's layer as ``action_head`` (runs saved until
+  2026-12-07).
 """
 
 from __future__ import annotations
@@ -24,24 +28,23 @@ from typing import Any
 
 import torch
 
-from harness.policies import (
-    TokenPolicy,
-    TokenPolicyConfig,
-    build_policy,
-    obs_to_batch,
-    resolve_device,
-)
+from harness.policies import obs_to_batch, resolve_device
+from harness.policies.registry import build_function
+from harness.policies.saving import policy_from_record
 from harness.runs import CheckpointError
 
-CHECKPOINT_FORMAT = 3
-# What any version holds: enough to rebuild and evaluate the policies.
+CHECKPOINT_FORMAT = 4
+# What any version holds: enough to rebuild and evaluate the policies (with the ``policy_format``
+# and ``plugins`` of format 4, which migrate() fills in for older ones).
 POLICY_KEYS: tuple[str, ...] = ("policy_config", "obs_shapes", "trainer")
-# What a resume reads (GroupRun.load_state_dict): in every version since 1, and the start's
-# figures of format 3, which migrate() fills in for older ones.
+# What a resume reads (GroupRun.load_state_dict): in every version since 1, the start's
+# figures of format 3 and the policy record's format and plugins of format 4, which migrate()
+# fills in for older ones.
 RESUME_KEYS: tuple[str, ...] = (
     *POLICY_KEYS, "curriculum", "starts", "adr", "detector_refresh", "iteration", "env_steps",
     "best", "start", "start_outcomes", "start_counter", "temperature", "schedules",
-    "start_sampled_outcomes", "start_validation", "best_start_decoding",
+    "start_sampled_outcomes", "start_validation", "best_start_decoding", "policy_format",
+    "plugins",
 )
 # What format 2 lacks, as migrate() fills it in: the start's figures were not kept.
 FORMAT_3_DEFAULTS: dict[str, Any] = {
@@ -111,7 +114,24 @@ def migrate(state: dict[str, Any], path="<state>") -> dict[str, Any]:
         state["format"] = 2
     if state["format"] == 2:
         state = {**FORMAT_3_DEFAULTS, **state, "format": 3}
+    if state["format"] == 3:
+        state = {**state, "format": 4, "policy_format": 1, "plugins": [],
+                 "trainer": _renamed_weights(state["trainer"], state["policy_config"])}
     return state
+
+
+def _renamed_weights(trainer: dict[str, Any], saved_config: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's networks with format 1's parameter names made the current ones by the
+    kind's own ``migrate_state``."""
+    kind = saved_config.get("kind") if isinstance(saved_config, dict) else None
+    if not isinstance(trainer, dict) or not isinstance(kind, str):
+        return trainer  # check_resumable and policy_from_state name what is wrong
+    try:
+        rename = build_function(kind).migrate_state
+    except ValueError:
+        return trainer
+    return {key: (rename(value) if key in ("policy", "reference", "critic")
+                  and isinstance(value, dict) else value) for key, value in trainer.items()}
 
 
 def check_resumable(state: dict[str, Any], path, written_as: int | None = None) -> None:
@@ -135,21 +155,23 @@ def check_resumable(state: dict[str, Any], path, written_as: int | None = None) 
             "start a fresh run")
 
 
-def policy_from_state(state: dict[str, Any], which: str = "policy") -> TokenPolicy:
-    """The fine-tuned (``which="policy"``) or start (``"reference"``) policy of a checkpoint."""
-    policy = build_policy(TokenPolicyConfig.from_saved(state["policy_config"]),
-                          {k: tuple(v) for k, v in state["obs_shapes"].items()})
+def policy_from_state(state: dict[str, Any], which: str = "policy"):
+    """The fine-tuned (``which="policy"``) or start (``"reference"``) policy of a checkpoint
+    (migrated to :data:`CHECKPOINT_FORMAT`)."""
+    record = {"format": state.get("policy_format", 2), "config": state["policy_config"],
+              "obs_shapes": state["obs_shapes"], "plugins": state.get("plugins", [])}
+    policy = policy_from_record(record, None)
     policy.load_state_dict(state["trainer"][which])
     return policy
 
 
-def policy_fn(policy: TokenPolicy, sampled: bool = False, temperature: float = 1.0):
+def policy_fn(policy, sampled: bool = False, temperature: float = 1.0):
     """A raw-observation policy function of ``policy``: greedy tokens, or sampled at
     ``temperature`` (from torch's global generator). It answers the ``execute_steps`` actions
     of each decision, ``(k, action_dim)``, which :func:`harness.evaluation.evaluate` plays in
     order."""
     device = next(policy.parameters()).device
-    steps = policy.config.steps_per_decision
+    steps = policy.spec.execute_steps
 
     def act(obs):
         with torch.no_grad():

@@ -10,8 +10,8 @@ reference's) is taken at the sampling temperature ``algo.temperature``, so the r
 the very distributions the tokens were drawn from and is exactly 1 before the first step.
 
 The data are decisions (:class:`~harness.algos.rollouts.RolloutBatch`): each is evaluated once
-on the observation it was taken on, and the policy's :meth:`~harness.policies.TokenPolicy.
-executed_mask` says which of its log-probability entries count, the tokens of the control steps
+on the observation it was taken on, and the policy spec's :meth:`~harness.policies.PolicySpec.
+executed_mask` says which of its log-probability entries count, the units of the control steps
 it played (:mod:`harness.policies.chunks`). An attempt's units in the loss are those entries,
 decision after decision; with one action per decision they are its tokens, step after step.
 """
@@ -27,7 +27,7 @@ import torch
 
 from harness.algos.rollouts import RolloutBatch
 from harness.objectives import gae, group_advantages, kl_k3, policy_loss, value_loss
-from harness.policies import TokenPolicy, obs_to_batch
+from harness.policies import Policy, obs_to_batch
 
 log = logging.getLogger(__name__)
 ESTIMATORS_ON_GROUPS = ("grpo", "dr_grpo", "rloo")  # compare attempts within a group
@@ -80,7 +80,7 @@ class GroupTrainer:
         device: Where the policy, the reference, the optimiser state and every batch live.
     """
 
-    def __init__(self, cfg, policy: TokenPolicy, device: torch.device | str = "cpu") -> None:
+    def __init__(self, cfg, policy: Policy, device: torch.device | str = "cpu") -> None:
         algo = cfg.algo
         self.cfg = cfg
         self.algo = algo
@@ -94,22 +94,16 @@ class GroupTrainer:
         # The policy provides its frozen reference: a deep copy, or (hf_vla with LoRA) itself
         # with the adapters switched off, with no second copy of the weights.
         self.reference = policy.frozen_reference()
-        self.freeze_encoder = bool(getattr(algo, "freeze_encoder", False))
+        self.freeze_encoder = bool(algo.freeze_encoder)
         if self.freeze_encoder:
-            if not hasattr(policy, "encode_image"):
-                raise ValueError(
-                    f"algo.freeze_encoder=true needs a policy with an image encoder "
-                    f"(policy=tiny_vla); {type(policy).__name__} has none")
-            for parameter in policy.image_encoder.parameters():
-                parameter.requires_grad_(False)
+            policy.freeze_encoder()
         # vla_ppo's value network: the policy's own value head (shared features) or a copy of
         # the start policy's network, trained by the value loss alone.
         self.critic = policy
         if self.estimator == "vla_ppo" and algo.critic == "separate":
             self.critic = copy.deepcopy(policy)
             if self.freeze_encoder:
-                for parameter in self.critic.image_encoder.parameters():
-                    parameter.requires_grad_(False)
+                self.critic.freeze_encoder()
         self._trainable = [p for p in policy.parameters() if p.requires_grad]
         if self.critic is not policy:
             self._trainable += [p for p in self.critic.parameters() if p.requires_grad]
@@ -165,7 +159,7 @@ class GroupTrainer:
         algo, policy = self.algo, self.policy
         obs = obs_to_batch(rollout.obs, batched=True, device=self.device)
         tokens = torch.as_tensor(rollout.decisions, device=self.device)
-        valid = policy.executed_mask(torch.as_tensor(rollout.executed, device=self.device))
+        valid = policy.spec.executed_mask(torch.as_tensor(rollout.executed, device=self.device))
         starts, counts = rollout.starts, rollout.decision_counts
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
 
@@ -181,7 +175,7 @@ class GroupTrainer:
             kept_valid = valid[index]
             with torch.no_grad():
                 if self.freeze_encoder:  # the encoder never changes: encode each frame once
-                    kept_obs = self._with_image_features(kept_obs)
+                    kept_obs = policy.encode_frozen(kept_obs)
                 old_logp = self._log_probs(policy, kept_obs, kept_tokens)
                 # Without a KL penalty the reference is only watched, on a subsample of steps
                 # (a full pass costs as much as a third of an update epoch on pixels).
@@ -234,16 +228,6 @@ class GroupTrainer:
                 ref_logp = ref_logp[::stride]
             kl_ref = float(kl_k3(old_logp[::stride], ref_logp)[counted].mean())
         return {"train/entropy": float(entropy[counted].mean()), "train/kl_to_reference": kl_ref}
-
-    def _with_image_features(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``obs`` with ``pixels`` replaced by the (frozen) encoder's features, in chunks;
-        as it is when the rollout workers already sent the features they sampled from."""
-        if "image_features" in obs:
-            return obs
-        pixels, chunk = obs["pixels"], 1024
-        features = torch.cat([self.policy.encode_image(pixels[i:i + chunk])
-                              for i in range(0, len(pixels), chunk)])
-        return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
 
     def _decision_targets(self, obs, counts: np.ndarray, rewards: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -322,7 +306,7 @@ class GroupTrainer:
         stats["grad_norm"] = float(grad_norm)
         return stats
 
-    def _log_probs(self, policy: TokenPolicy, obs: dict[str, torch.Tensor],
+    def _log_probs(self, policy, obs: dict[str, torch.Tensor],
                    tokens: torch.Tensor) -> torch.Tensor:
         """Log-probabilities at the sampling temperature, in chunks of 1,024 steps."""
         size, chunk, temperature = len(tokens), 1024, self.algo.temperature

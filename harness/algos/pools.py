@@ -28,9 +28,7 @@ from harness.algos.records import Call, EngineSpec, Job, WorkerDied, check_jobs
 from harness.algos.rollouts import RolloutBatch
 from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
-from harness.policies import TokenPolicy
-
-LARGE_POLICIES: tuple[str, ...] = ("hf_vla",)  # played in the batched mode under mode=auto
+from harness.policies import Policy
 
 
 class RolloutPool(Protocol):
@@ -38,7 +36,7 @@ class RolloutPool(Protocol):
 
     restarts: int
 
-    def run(self, policy: TokenPolicy, jobs: list[Job], temperature: float,
+    def run(self, policy: Policy, jobs: list[Job], temperature: float,
             seed: int | tuple[int, ...]) -> RolloutBatch: ...
 
     def worker_pids(self) -> list[int]: ...
@@ -46,14 +44,14 @@ class RolloutPool(Protocol):
     def close(self) -> None: ...
 
 
-def weights_version(policy: TokenPolicy) -> tuple:
+def weights_version(policy: Policy) -> tuple:
     """Changes whenever a parameter or buffer of ``policy`` is written in place (optimiser
     steps, ``load_state_dict``): torch counts every in-place write of a tensor."""
     tensors = itertools.chain(policy.parameters(), policy.buffers())
     return (id(policy), *(tensor._version for tensor in tensors))
 
 
-def _cpu_state(policy: TokenPolicy) -> dict[str, torch.Tensor]:
+def _cpu_state(policy: Policy) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
 
 
@@ -78,7 +76,7 @@ class PerWorkerPool(PoolBase):
         self.workers = WorkerSet(spec, workers, settings, gpus=settings.gpus_per_worker)
         self._held: list[tuple | None] = [None] * workers  # weights version each worker has
 
-    def run(self, policy: TokenPolicy, jobs: list[Job], temperature: float,
+    def run(self, policy: Policy, jobs: list[Job], temperature: float,
             seed: int | tuple[int, ...]) -> RolloutBatch:
         """Play every job once with ``policy``.
 
@@ -118,15 +116,14 @@ class PerWorkerPool(PoolBase):
         return RolloutBatch.concat([results[i] for i in sorted(results)])
 
 
-def rollout_mode(rollout: RolloutConfig, policy_kind: str) -> str:
-    """``per_worker`` or ``batched``: ``algo.rollout.mode``, with ``auto`` resolved by the
-    policy's kind."""
-    if rollout.mode != "auto":
-        return rollout.mode
-    return "batched" if policy_kind in LARGE_POLICIES else "per_worker"
+def rollout_mode(rollout: RolloutConfig, preferred: str = "per_worker") -> str:
+    """``per_worker`` or ``batched``: ``algo.rollout.mode``, with ``auto`` resolved to the
+    policy's ``preferred`` mode (its spec's ``rollout_mode``)."""
+    return preferred if rollout.mode == "auto" else rollout.mode
 
 
-def make_pool(rollout: RolloutConfig, workers: int, spec: EngineSpec) -> RolloutPool:
+def make_pool(rollout: RolloutConfig, workers: int, spec: EngineSpec,
+              preferred: str = "per_worker") -> RolloutPool:
     """The pool ``algo.rollout`` asks for.
 
     Args:
@@ -135,6 +132,8 @@ def make_pool(rollout: RolloutConfig, workers: int, spec: EngineSpec) -> Rollout
         spec: The workers' environments and policy. The batched mode keeps only the
             environments' part (``spec.host``) and no image features: its policy runs in the
             learner, which encodes the frames again if its encoder is frozen.
+        preferred: The mode ``algo.rollout.mode=auto`` resolves to (the policy spec's
+            ``rollout_mode``: ``batched`` for models of several GB).
 
     Returns:
         A :class:`PerWorkerPool` or a :class:`~harness.algos.batched_pool.BatchedPool`.
@@ -144,6 +143,6 @@ def make_pool(rollout: RolloutConfig, workers: int, spec: EngineSpec) -> Rollout
     """
     if not isinstance(spec, EngineSpec):
         raise TypeError(f"spec={spec!r:.80}; expected a harness.algos.records.EngineSpec")
-    if rollout_mode(rollout, spec.policy_config.kind) == "batched":
+    if rollout_mode(rollout, preferred) == "batched":
         return BatchedPool(spec.host, workers, rollout)
     return PerWorkerPool(spec, workers, rollout)

@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import tasks
-from harness.policies import TokenPolicyConfig
 
 
 class RolloutWorkerError(RuntimeError):
@@ -110,8 +109,8 @@ class EngineSpec:
     Attributes:
         task: Task name.
         task_options: Options of ``tasks.make``.
-        policy_config: The policy copy's config.
-        obs_shapes: The policy's observation shapes (``TokenPolicy.obs_shapes``).
+        policy: What rebuilds the policy copy, plugins included
+            (:func:`harness.policies.saving.policy_record`); its weights arrive with each call.
         num_envs: Environments stepped together (one batched policy call per step).
         verifier_view: See :class:`HostSpec`.
         capture_every: See :class:`HostSpec`.
@@ -124,8 +123,7 @@ class EngineSpec:
 
     task: str
     task_options: Mapping[str, Any]
-    policy_config: TokenPolicyConfig
-    obs_shapes: Mapping[str, tuple[int, ...]]
+    policy: Mapping[str, Any]
     num_envs: int
     verifier_view: tuple[str, int] | None = None
     capture_every: int = 0

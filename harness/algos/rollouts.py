@@ -34,7 +34,7 @@ import torch
 
 import tasks
 from harness.algos.records import Call, Finished, HostAnswer, HostSpec, Job
-from harness.policies import TokenPolicy, obs_to_batch
+from harness.policies import Policy, obs_to_batch
 
 # Fewer rows than this are padded (with copies of the first) before a policy call: on the CPU,
 # matrix products of 1-3 rows use kernels whose results differ in the last bit from those of
@@ -62,8 +62,8 @@ class RolloutBatch:
     Attributes:
         obs: Observation arrays at each decision, ``(N_decisions, ...)`` per key (none from a
             greedy call).
-        decisions: Each decision's record, ``(N_decisions, R)``: for a token policy its
-            ``R = chunk_size * action_dim`` int64 tokens (``TokenPolicy.act``).
+        decisions: Each decision's record, ``(N_decisions, R)`` (:meth:`harness.policies.
+            Policy.act`): int64 tokens of the tokens head, a continuous head's floats.
         executed: Control steps each decision played, ``(N_decisions,)`` int64, in
             ``[1, execute_steps]``.
         decision_counts: Decisions of each attempt, ``(A,)``; attempt ``i`` owns a contiguous
@@ -253,8 +253,8 @@ class InProcess:
 
 
 class PolicyActor:
-    """A token policy taking decisions (chunks of actions) for a batch of attempts, each with
-    its own generator.
+    """A policy taking decisions (chunks of actions) for a batch of attempts, each with its own
+    generator.
 
     Args:
         policy: The policy (on its device).
@@ -265,12 +265,12 @@ class PolicyActor:
         keys: The index of each position among all the jobs of the call (a worker playing a
             slice gets the slice's indices); default the position itself.
         image_features: Keep the image features each call computed
-            (:meth:`~harness.policies.TinyVLA.encode_image`) in :attr:`features`, for an update
+            (:meth:`harness.policies.Policy.encode_frozen`) in :attr:`features`, for an update
             whose encoder is frozen (``algo.freeze_encoder``): it then reads the very features
             the attempts were sampled from instead of encoding every frame again.
     """
 
-    def __init__(self, policy: TokenPolicy, temperature: float, seed,
+    def __init__(self, policy: Policy, temperature: float, seed,
                  keys: Sequence[int] | None = None, image_features: bool = False) -> None:
         self.policy = policy
         self.temperature = temperature
@@ -283,11 +283,11 @@ class PolicyActor:
 
     def __call__(self, observations: dict[int, dict]) -> tuple[dict[int, np.ndarray],
                                                                dict[int, np.ndarray]]:
-        """A decision for every attempt in ``observations`` (keyed by job index): its tokens
-        ``(chunk_size * action_dim,)`` and its chunk of actions ``(chunk_size, action_dim)``."""
+        """A decision for every attempt in ``observations`` (keyed by job index): its record
+        and its chunk of actions ``(chunk_size, action_dim)``."""
         t0 = time.perf_counter()
         indices = list(observations)
-        width = self.policy.noise_width  # uniforms per decision (one per token for tokens)
+        width = self.policy.spec.noise_width  # uniforms per decision (one per token)
         rows = [observations[i] for i in indices]
         pad = max(0, MIN_POLICY_BATCH - len(rows))
         device = next(self.policy.parameters()).device
@@ -302,9 +302,8 @@ class PolicyActor:
             uniforms = np.concatenate([uniforms, np.repeat(uniforms[:1], pad, axis=0)])
         with torch.no_grad():
             if self.image_features:  # what act() would compute from the pixels, kept
-                features = self.policy.encode_image(batch.pop("pixels"))
-                batch["image_features"] = features
-                features = features[: len(indices)].cpu().numpy()
+                batch = self.policy.encode_frozen(batch)
+                features = batch["image_features"][: len(indices)].cpu().numpy()
                 self.features = {i: features[row] for row, i in enumerate(indices)}
             if self.temperature == 0:
                 tokens, actions = self.policy.act(batch, deterministic=True)
@@ -339,7 +338,7 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     """
     records: dict[int, dict[str, Any]] = {}
     keep = actor.temperature != 0  # a greedy call is an evaluation: nothing trains on its frames
-    steps_per_decision = actor.policy.config.steps_per_decision
+    steps_per_decision = actor.policy.spec.execute_steps
     env_time: dict[int, float] = {}
 
     def absorb(h: int, answer: HostAnswer) -> None:

@@ -20,7 +20,7 @@ Run it with ``scripts/deploy_policy.py model=<out>`` (no torch needed); see docs
 ``format=lerobot`` takes a ``policy=smolvla`` checkpoint and writes its network as a LeRobot
 SmolVLA checkpoint folder (``config.json``, ``model.safetensors`` in LeRobot's parameter names,
 LoRA adapters merged into the weights), with the harness's learned noise scales and value head
-beside it (:meth:`harness.policies.smolvla_policy.SmolVLAPolicy.write_lerobot_folder`;
+beside it (:meth:`harness.policies.smolvla.policy.SmolVLAPolicy.write_lerobot_folder`;
 docs/smolvla.md). The folder is built under a temporary name and renamed into place; an existing
 ``out`` is replaced only with ``overwrite=true``, and only when it is a checkpoint folder.
 """
@@ -41,7 +41,7 @@ from harness_common.cli import run_app
 from harness_common.files import atomic_write, sha256_of
 
 if TYPE_CHECKING:
-    from harness.policies import TokenPolicy
+    from harness.policies import Policy
 
 FORMATS = ("onnx", "lerobot")
 
@@ -77,9 +77,9 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(1)
 
 
-def load_token_policy(checkpoint: str, reference: bool = False
-                      ) -> tuple[TokenPolicy, Path, dict[str, Any]]:
-    """The token policy of a group-trainer checkpoint, its file and its metadata.
+def load_checkpoint_policy(checkpoint: str, reference: bool = False
+                           ) -> tuple[Policy, Path, dict[str, Any]]:
+    """The policy of a group-trainer checkpoint, its file and its metadata.
 
     Raises:
         CheckpointError: Missing, unreadable or corrupt checkpoint.
@@ -88,9 +88,8 @@ def load_token_policy(checkpoint: str, reference: bool = False
     """
     # Here and in export_policy(), not at the top: torch and the harness load only for an
     # export (not for --help, --cfg job).
-    from harness.algos.group_checkpoints import read_checkpoint
+    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
     from harness.config import GROUP_ALGOS, SB3_ALGOS
-    from harness.policies import TokenPolicyConfig, build_policy
     from harness.runs import resolve_checkpoint
 
     path, metadata = resolve_checkpoint(checkpoint)
@@ -98,16 +97,14 @@ def load_token_policy(checkpoint: str, reference: bool = False
     if algo not in GROUP_ALGOS:
         what = ("an SB3 policy (a Gaussian over continuous actions, not action tokens)"
                 if algo in SB3_ALGOS else "an algorithm this version does not know")
-        raise ValueError(f"checkpoint {path} is of algo={algo!r}, {what}; only the token "
+        raise ValueError(f"checkpoint {path} is of algo={algo!r}, {what}; only the "
                          f"policies of group-trainer checkpoints ({', '.join(GROUP_ALGOS)}) "
                          "can be exported")
     state = read_checkpoint(path)
     try:
-        config = TokenPolicyConfig.from_saved(state["policy_config"])
-        policy = build_policy(config, {k: tuple(v) for k, v in state["obs_shapes"].items()})
-        policy.load_state_dict(state["trainer"]["reference" if reference else "policy"])
+        policy = policy_from_state(state, "reference" if reference else "policy")
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(f"checkpoint {path}: cannot rebuild its token policy: {error}") from None
+        raise ValueError(f"checkpoint {path}: cannot rebuild its policy: {error}") from None
     return policy.eval(), path, metadata
 
 
@@ -115,8 +112,8 @@ def export_lerobot(args: ExportConfig) -> None:
     """Write the SmolVLA policy of ``args.checkpoint`` to the folder ``args.out`` in LeRobot's
     checkpoint layout, refusing an existing ``out`` without ``overwrite`` and any other
     policy."""
-    from harness.policies.smolvla_config import CONFIG_FILE
-    from harness.policies.smolvla_policy import HEADS_FILE
+    from harness.policies.smolvla.architecture import CONFIG_FILE
+    from harness.policies.smolvla.folder import HEADS_FILE
     from harness.runs import CheckpointError
 
     out = Path(args.out)
@@ -126,14 +123,15 @@ def export_lerobot(args: ExportConfig) -> None:
         fail(f"out={args.out} exists and is not a checkpoint folder (it holds no {CONFIG_FILE}); "
              "overwrite=true replaces checkpoint folders only")
     try:
-        policy, path, metadata = load_token_policy(args.checkpoint, args.reference)
+        policy, path, metadata = load_checkpoint_policy(args.checkpoint, args.reference)
     except (CheckpointError, ValueError, TypeError) as error:
         fail(str(error))
-    if policy.config.kind != "smolvla":
-        fail(f"checkpoint {path} holds a policy={policy.config.kind!r}; format=lerobot writes "
-             "policy=smolvla only (format=onnx exports mlp and tiny_vla)")
+    if policy.spec.folder_format != "lerobot":
+        fail(f"checkpoint {path} holds a policy={policy.spec.kind!r}; format=lerobot writes "
+             "policies in LeRobot's layout only (policy=smolvla; format=onnx exports mlp and "
+             "tiny_vla)")
     try:
-        policy.write_lerobot_folder(out, overwrite=args.overwrite)
+        policy.save_pretrained(out, overwrite=args.overwrite)
     except FileExistsError as error:
         fail(str(error))
     which = "start (reference)" if args.reference else "fine-tuned"
@@ -164,7 +162,7 @@ def export_policy(cfg: DictConfig) -> None:
         export_lerobot(args)
         return
     try:
-        policy, path, metadata = load_token_policy(args.checkpoint, args.reference)
+        policy, path, metadata = load_checkpoint_policy(args.checkpoint, args.reference)
         task, options = metadata["task"], metadata["task_options"]
         env = tasks.make(task, **options)
         shapes = obs_shapes_from_space(env.observation_space)
@@ -188,7 +186,7 @@ def export_policy(cfg: DictConfig) -> None:
     atomic_write(args.out, lambda file: file.write(model))
     parity = info["parity"]
     inputs = ", ".join(f"{e['name']} {tuple(e['shape'])} {e['dtype']}" for e in info["inputs"])
-    print(f"exported the {info['source']['policy']} {policy.config.kind} policy of "
+    print(f"exported the {info['source']['policy']} {policy.spec.kind} policy of "
           f"{metadata['algo']} on {task} (checkpoint {path.name}, sha256 "
           f"{info['source']['sha256'][:12]}...) to {args.out}: {len(model) / 1024:.0f} KiB, "
           f"opset {info['exporter']['opset']}")

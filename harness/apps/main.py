@@ -143,7 +143,13 @@ def with_main_job(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the main job with ``argv`` (default: the command line) after ``+experiment=main_job``;
     returns its exit status (0, or Hydra's after ``--help`` or an error it reported)."""
-    return run_app(main_job, with_main_job(sys.argv[1:] if argv is None else list(argv)))
+    args = with_main_job(sys.argv[1:] if argv is None else list(argv))
+    try:  # their heads are choices of policy/head
+        harness_config.import_plugins(harness_config.plugins_in(args))
+    except harness_config.ConfigError as error:
+        print(f"main: {error}", file=sys.stderr)
+        return 1
+    return run_app(main_job, args, moved=harness_config.MOVED)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
-"""Behaviour-clone a token policy on demonstrations, save it, and report its held-out success.
+"""Behaviour-clone a policy on demonstrations, save it, and report its held-out success.
 
 usage: python scripts/pretrain_bc.py [demos=data/demos/push.hdf5] [policy=tiny_vla|mlp]
-           [policy.num_bins=11] [policy.hidden=128] [epochs=250] [learning_rate=3e-3]
+           [policy.head.num_bins=11] [policy.hidden=128] [epochs=250] [learning_rate=3e-3]
            [batch_size=32] [augment=false] [eval_episodes=50] [seed=0]
            [out=outputs/bc/push_tiny_vla.pt]
 
 A Hydra app over ``conf/pretrain_bc.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
-them, ``-m`` sweeps them); the ``policy`` group is the training app's (token policies only). The
-saved file is what ``algo.init_policy`` of the training app loads.
+them, ``-m`` sweeps them); the ``policy`` group is the training app's (the group trainer's
+kinds). The saved file is what ``algo.init_policy`` of the training app loads.
 
 The policy is sized from the observation space of the environment the demos were recorded in
 (``env_args`` of the demo file) and evaluated there on reset seeds ``10_000 + seed`` onwards,
@@ -27,7 +27,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import PolicyConfig
+from harness.config import MOVED, PolicyConfig
 from harness.demos import load_demos, rebuild_env
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text
@@ -68,11 +68,11 @@ class PretrainBCConfig:
     def __post_init__(self) -> None:
         # Here and in main(), not at the top: composing the config (--help, --cfg job)
         # loads no torch.
-        from harness.policies import KINDS
+        from harness.policies import policy_kinds
 
-        if self.policy.name not in KINDS:
-            raise ValueError(f"policy={self.policy.name!r}: behaviour cloning trains token "
-                             f"policies; choose one of {KINDS}")
+        if self.policy.name not in policy_kinds("group"):
+            raise ValueError(f"policy={self.policy.name!r}: behaviour cloning trains the group "
+                             f"trainer's policies; choose one of {policy_kinds('group')}")
         for key in ("epochs", "batch_size", "eval_episodes", "torch_threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)}; must be >= 1")
@@ -103,7 +103,7 @@ def app(cfg: DictConfig) -> None:
     torch.manual_seed(config.seed)
 
     env = rebuild_env(demos.env_args)
-    policy = make(config.policy.token_policy_config(), env.observation_space)
+    policy = make(config.policy, env.observation_space)
     print(f"{config.policy.name} policy, {sum(p.numel() for p in policy.parameters()):,}"
           f" parameters; {demos.num_episodes} demos, {len(demos)} steps from {config.demos}")
 
@@ -132,7 +132,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, moved=MOVED)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,16 @@ def app(cfg: DictConfig) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the training app on ``argv`` (default: the command line); returns its exit status."""
-    return run_app(app, argv)
+    """Run the training app on ``argv`` (default: the command line); returns its exit status.
+    The ``plugins=[...]`` it names are imported first, so that their heads are choices of
+    ``policy/head``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        harness_config.import_plugins(harness_config.plugins_in(args))
+    except harness_config.ConfigError as error:
+        print(f"train: {error}", file=sys.stderr)
+        return 1
+    return run_app(app, args, moved=harness_config.MOVED)
 
 
 if __name__ == "__main__":

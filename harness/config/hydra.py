@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config.algos import ALGO_SCHEMAS
 from harness.config.curriculum import CURRICULUM_SCHEMAS
 from harness.config.errors import ConfigError
-from harness.config.policy import POLICY_SCHEMAS
+from harness.config.moved import check_moved
 from harness.config.train import TrainConfig
 from harness_common.paths import register_resolver
 
@@ -26,24 +26,51 @@ register_resolver()  # ${data_dir:} in the configs, however they are composed
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent): ``train_schema`` for the primary
-    config, ``schema/algo/*``, ``schema/policy/*`` and ``schema/curriculum/*`` for the group
-    files."""
+    config, ``schema/algo/*`` and ``schema/curriculum/*`` for the group files; each policy kind
+    stores its own ``schema/policy/<kind>`` when it registers."""
+    from harness.policies import register_builtins  # the kinds store their own schemas
+
+    register_builtins()
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     for name, schema in ALGO_SCHEMAS.items():
         store.store(group="schema/algo", name=name, node=schema)
-    for name, schema in POLICY_SCHEMAS.items():
-        store.store(group="schema/policy", name=name, node=schema)
     for name, schema in CURRICULUM_SCHEMAS.items():
         store.store(group="schema/curriculum", name=name, node=schema)
 
 
+def plugins_in(overrides: list[str]) -> list[str]:
+    """The modules a ``plugins=[a,b]`` (or ``plugins=a``) override names, in order."""
+    modules: list[str] = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "plugins":
+            modules += [m.strip().strip("'\"") for m in value.strip("[]").split(",") if m.strip()]
+    return modules
+
+
+def import_plugins(modules) -> None:
+    """Import the plugin modules, which register their kinds, heads or tasks.
+
+    Raises:
+        ConfigError: A module that cannot be imported, naming it.
+    """
+    from harness.policies import import_plugins as import_modules
+
+    try:
+        import_modules(list(modules))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def load(cfg: DictConfig) -> TrainConfig:
-    """Convert a composed ``DictConfig`` into a validated :class:`TrainConfig`, once.
+    """Convert a composed ``DictConfig`` into a validated :class:`TrainConfig`, once, after
+    importing its ``plugins``.
 
     Raises:
         ConfigError: A value is missing, has the wrong type, or breaks a rule; names the key.
     """
+    import_plugins(cfg.get("plugins") or [])
     unknown = _unknown_keys(cfg)
     if unknown:
         raise ConfigError(f"unknown config key(s) {unknown}; check the spelling (added with '+'?)")
@@ -87,6 +114,8 @@ def compose(overrides: list[str] | None = None, config_dir: str | Path = CONF_DI
         ConfigError: As :func:`load`; Hydra's own errors (unknown group choice, unknown key) pass
             through unchanged since they already list the choices or name the key.
     """
+    check_moved(overrides or [])
+    import_plugins(plugins_in(list(overrides or [])))  # their heads are choices of policy/head
     register_configs()
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
         cfg = hydra_compose(config_name="train", overrides=list(overrides or []))

@@ -23,7 +23,7 @@ from harness.config.blocks import (
 from harness.config.bounds import MAX_SEED, MAX_TIMESTEPS, check_count, max_processes
 from harness.config.curriculum import CurriculumConfig
 from harness.config.errors import ConfigError, check
-from harness.config.policy import POLICIES_BY_FAMILY, POLICY_OBS_KEY, PolicyConfig
+from harness.config.policy import PolicyConfig
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.demos import MAX_TRIES_PER_DEMO
 
@@ -86,6 +86,9 @@ class TrainConfig:
             ``auto`` (the first available of cuda, mps, cpu).
         torch_threads: Torch threads of the main process (workers always use one); at most
             8 per CPU of this machine.
+        plugins: Modules imported before the config is checked, which register their own
+            policy kinds, action heads or tasks (``harness.policies.register_head``...); the
+            rollout workers import them too, and a saved policy names the ones it needs.
     """
 
     task: TaskOptions = field(default_factory=TaskOptions)
@@ -108,6 +111,7 @@ class TrainConfig:
     reward: str = "auto"
     device: str = "cpu"
     torch_threads: int = 1
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from harness.policies import resolve_device  # imports torch: here, not at import
@@ -197,28 +201,13 @@ class TrainConfig:
             raise ConfigError(f"detector: {error}") from None
 
     def _check_policy(self) -> None:
-        family, policy, obs_mode = self.algo.family, self.policy.name, self.task.obs_mode
-        allowed = POLICIES_BY_FAMILY[family]
-        check(policy in allowed,
-              f"policy={policy!r} cannot be trained by algo={self.algo.name!r}; "
-              f"{family} algorithms take policy in {allowed}")
-        needed = POLICY_OBS_KEY[policy]
+        policy, obs_mode = self.policy.name, self.task.obs_mode
+        self.policy.check_family(self.algo.family, self.algo.name)
+        needed = type(self.policy).reads
         check(needed in OBS_MODE_KEYS[obs_mode],
               f"policy={policy!r} reads {needed!r} observations, which task.obs_mode="
               f"{obs_mode!r} does not give; use task.obs_mode in "
               f"{[m for m, keys in OBS_MODE_KEYS.items() if needed in keys]}")
-        check(family == "group" or getattr(self.policy, "chunk_size", 1) == 1,
-              f"policy.chunk_size={getattr(self.policy, 'chunk_size', 1)} is read by the group "
-              f"trainer's token policies, not by algo={self.algo.name!r} (SB3 plays one action "
-              "per step); leave it 1")
-        head = getattr(self.policy, "action_head", "tokens")
-        check(family == "group" or head == "tokens",
-              f"policy.action_head={head!r} is read by the group trainer's policies, not by "
-              f"algo={self.algo.name!r} (SB3 builds its own action distribution); leave it "
-              "'tokens'")
-        check(family == "group" or not getattr(self.policy, "normalize_state", False),
-              f"policy.normalize_state=true is read by the group trainer's MLP token policy, "
-              f"not by algo={self.algo.name!r} (SB3's MlpPolicy); leave it false")
 
     def _check_batch(self) -> None:
         if self.algo.name in ("ppo", "trpo"):

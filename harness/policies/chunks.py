@@ -11,7 +11,7 @@ about it; counting its tokens in the ratio would only add noise (their ratio mov
 on actions whose result was never seen). With ``k = H`` every token counts. In the group
 trainer each executed token keeps its own clipped ratio, as every token does with ``H = 1``
 (:func:`harness.objectives.policy_loss`); a decision's log-probability, the sum of those
-tokens' (:func:`decision_log_prob`), is what a head without tokens gives as one unit.
+tokens' (over :func:`executed_token_mask`), is what a head without tokens gives as one unit.
 """
 
 from __future__ import annotations
@@ -36,22 +36,6 @@ def executed_token_mask(executed: torch.Tensor, chunk_tokens: int,
     executed = torch.as_tensor(executed)
     step_of_token = torch.arange(chunk_tokens, device=executed.device) // action_dim
     return step_of_token.unsqueeze(0) < executed.unsqueeze(1)
-
-
-def decision_log_prob(token_logp: torch.Tensor, executed: torch.Tensor,
-                      action_dim: int) -> torch.Tensor:
-    """Log-probability of each decision: the sum of its executed tokens' log-probabilities.
-
-    Args:
-        token_logp: ``(B, H * action_dim)`` per-token log-probabilities of a chunk.
-        executed: ``(B,)`` control steps each decision played.
-        action_dim: Tokens per control step.
-
-    Returns:
-        ``(B,)``: ``sum_{h < executed} sum_d log pi(token_{h, d})``.
-    """
-    mask = executed_token_mask(executed.to(token_logp.device), token_logp.shape[1], action_dim)
-    return (token_logp * mask).sum(dim=1)
 
 
 def chunk_targets(actions: np.ndarray, episode_ids: np.ndarray,

@@ -14,7 +14,7 @@ Every distribution here is the softmax over those ``K`` ids only.
 * :meth:`HFVLAPolicy.log_prob` scores given tokens by teacher forcing in one forward pass; it
   equals the per-step log-probabilities of decoding.
 * With LoRA (``peft``) only the adapters (and the value and proprio heads) train (every weight
-  until group fine-tuning starts, with ``lora_full_bc``), and the KL reference is the same
+  until group fine-tuning starts, with ``lora.full_bc``), and the KL reference is the same
   model with its adapters switched off (:meth:`frozen_reference`).
 
 Frames are resized in torch to the vision tower's side (bilinear, antialiased) and normalised
@@ -25,6 +25,7 @@ distinct prompt once (image placeholders included) and the token ids are cached.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -33,9 +34,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.policies import hf_folder, hf_models
-from harness.policies.token_policy import TokenPolicy, register_policy
-from harness.policies.tokens import ObsShapes, TokenPolicyConfig, sample_tokens, tokens_to_actions
+from harness.policies.contract import PolicySpec
+from harness.policies.heads.base import BCScores
+from harness.policies.heads.tokens import (
+    chunk_token_targets,
+    sample_tokens,
+    token_bc_scores,
+    token_cross_entropy,
+    tokens_to_actions,
+)
+from harness.policies.hf_vla import HFVLAConfig
+from harness.policies.hf_vla import folder as hf_folder
+from harness.policies.hf_vla import models as hf_models
+from harness.policies.observations import ObsShapes
 from tasks.language import detokenize
 
 PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
@@ -43,13 +54,13 @@ PROMPT_WITHOUT_INSTRUCTION = "In: What action should the robot take?\nOut:"
 HEAD_SEED = 1  # value head, proprio projection and fresh LoRA adapters: rebuilt identically
 
 
-class HFVLAPolicy(TokenPolicy):
-    """A ``transformers`` vision-language model behind the token-policy interface.
+class HFVLAPolicy(nn.Module):
+    """A ``transformers`` vision-language model behind the policy contract
+    (:class:`harness.policies.Policy`): its language-model head is the tokens head, one action
+    per decision, one unit per token.
 
     Args:
-        config: ``kind="hf_vla"``; reads ``model``, ``num_bins``, ``action_dim``,
-            ``use_instruction``, ``proprio``, ``dtype``, ``lora_*`` and
-            ``gradient_checkpointing``.
+        config: The ``hf_vla`` config.
         obs_shapes: Needs ``pixels``; ``instruction`` and ``proprio`` are read when present.
 
     Raises:
@@ -58,9 +69,8 @@ class HFVLAPolicy(TokenPolicy):
         ImportError: The ``vla`` extra is not installed.
     """
 
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
-        nn.Module.__init__(self)  # no MLP heads: the language model's head scores the actions
-        self.head = None  # tokens only (TokenPolicyConfig refuses another action_head)
+    def __init__(self, config: HFVLAConfig, obs_shapes: ObsShapes) -> None:
+        super().__init__()
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
         dtype = hf_models.check_dtype(config.dtype, "cpu")
@@ -96,7 +106,7 @@ class HFVLAPolicy(TokenPolicy):
 
                 self.load_state_dict(load_file(folder / hf_models.HEADS_FILE), strict=False)
             self.model = self._with_adapters(vlm, folder)
-        if self.lora and config.lora_full_bc:  # until frozen_reference(): every weight trains
+        if self.lora and config.lora.full_bc:  # until frozen_reference(): every weight trains
             self.vlm.requires_grad_(True)
         if config.gradient_checkpointing:
             hf_models.set_checkpointing(self.vlm, True)
@@ -106,7 +116,18 @@ class HFVLAPolicy(TokenPolicy):
 
     @property
     def lora(self) -> bool:
-        return self.config.lora_rank > 0
+        return self.config.lora is not None
+
+    @property
+    def spec(self) -> PolicySpec:
+        dims = self.config.action_dim
+        keys = ("pixels", *(("instruction",) if self.use_instruction else ()),
+                *(("proprio",) if self.use_proprio else ()))
+        return PolicySpec(kind=self.config.name, head="tokens", chunk_size=1, execute_steps=1,
+                          action_dim=dims, units_per_step=dims, noise_width=dims,
+                          feature_dim=self.hidden_size, input_keys=keys,
+                          rollout_mode="batched", single_file=False,
+                          folder_format="transformers")
 
     @property
     def vlm(self) -> nn.Module:
@@ -130,9 +151,9 @@ class HFVLAPolicy(TokenPolicy):
     def _lora_config(self):
         from peft import LoraConfig
 
-        targets = list(self.config.lora_targets)
-        return LoraConfig(r=self.config.lora_rank, lora_alpha=self.config.lora_alpha,
-                          lora_dropout=self.config.lora_dropout,
+        lora = self.config.lora
+        targets = list(lora.target_modules)
+        return LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                           target_modules="all-linear" if targets == ["all-linear"] else targets)
 
     def _with_adapters(self, vlm: nn.Module, folder: Path | None) -> nn.Module:
@@ -160,7 +181,10 @@ class HFVLAPolicy(TokenPolicy):
         weights. Without LoRA, a frozen deep copy.
         """
         if not self.lora:
-            return super().frozen_reference()
+            reference = copy.deepcopy(self).eval()
+            for parameter in reference.parameters():
+                parameter.requires_grad_(False)
+            return reference
         if self.use_proprio:
             self.proprio_projection.requires_grad_(False)
         base = self.model.merge_and_unload()
@@ -332,8 +356,8 @@ class HFVLAPolicy(TokenPolicy):
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False,
             temperature: float = 1.0,
             uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode one action token per dimension (see :meth:`TokenPolicy.act`; a chunk of one
-        action): the most likely, or sampled at ``temperature`` by the inverse CDF at
+        """Decode one action token per dimension (see :meth:`harness.policies.Policy.act`; a
+        chunk of one action): the most likely, or sampled at ``temperature`` by the inverse CDF at
         ``uniforms[:, d]``."""
         if not deterministic and temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0 when sampling; "
@@ -370,12 +394,66 @@ class HFVLAPolicy(TokenPolicy):
         """Value estimate ``(B,)`` from the prefix's last hidden state."""
         return self.value_head(self.features(obs)).squeeze(-1)
 
+    # --- behaviour cloning and fine-tuning ----------------------------------------------------
+
+    def bc_loss(self, obs: Mapping[str, torch.Tensor], target_chunks: torch.Tensor,
+                valid: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """Cross-entropy of the demonstrated actions' tokens under teacher forcing (each
+        dimension given the demo's earlier ones); ``generator`` is unused."""
+        tokens, counted = chunk_token_targets(target_chunks, valid, self.config.num_bins)
+        return token_cross_entropy(self.logits(obs, tokens), tokens, counted)
+
+    def bc_scores(self, obs: Mapping[str, torch.Tensor], target_chunks: torch.Tensor,
+                  valid: torch.Tensor | None = None,
+                  generator: torch.Generator | None = None) -> BCScores:
+        """Held-out figures of the teacher-forced token scores."""
+        tokens, counted = chunk_token_targets(target_chunks, valid, self.config.num_bins)
+        return token_bc_scores(self.logits(obs, tokens), tokens, counted, self.config.num_bins)
+
+    def fit_normalizer(self, obs: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Nothing to fit: the processor's normalisation is the model's own."""
+        return {}
+
+    def freeze_encoder(self) -> None:
+        """Stop training the vision tower and projector."""
+        self.image_encoder.requires_grad_(False)
+
+    def encode_frozen(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``obs`` with ``pixels`` replaced by their image tokens (``image_features``, in chunks
+        of 1,024 frames), which the prompt reads in their place."""
+        if "image_features" in obs:
+            return dict(obs)
+        pixels, chunk = obs["pixels"], 1024
+        features = torch.cat([self.encode_image(pixels[i:i + chunk])
+                              for i in range(0, len(pixels), chunk)])
+        return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
+
     # --- saving -------------------------------------------------------------------------------
 
-    def save_pretrained(self, folder: str | Path) -> None:
+    def save(self, path: str | Path) -> None:
+        """Raises: TypeError: an hf_vla policy lives in a model folder (:meth:`save_pretrained`)."""
+        raise TypeError(f"policy=hf_vla saves as a transformers folder (save_pretrained), not "
+                        f"as one file like {path}")
+
+    def save_pretrained(self, folder: str | Path) -> Path:
         """Write a folder ``policy.model`` can name, crash-safe
-        (:func:`~harness.policies.hf_models.save_policy_folder`)."""
+        (:func:`~harness.policies.hf_vla.models.save_policy_folder`)."""
         hf_models.save_policy_folder(self, folder, {"prompt": PROMPT})
+        return Path(folder)
+
+    def export_graph(self, keys: tuple[str, ...]) -> nn.Module:
+        """Raises: TypeError: ONNX export covers the mlp and tiny_vla networks."""
+        raise TypeError("cannot export policy=hf_vla to ONNX; export covers the mlp and "
+                        "tiny_vla networks (any head)")
+
+    def export_record(self) -> dict:
+        """Raises: TypeError: ONNX export covers the mlp and tiny_vla networks."""
+        return self.export_graph(())
+
+    @staticmethod
+    def migrate_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return state
 
 
 class AdaptersOff:
@@ -411,9 +489,8 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu") -> H
     spec = hf_folder.read_spec(folder)
     if spec is None:
         raise ValueError(f"{folder} holds no {hf_folder.SPEC_FILE}: not a saved hf_vla policy")
-    config = TokenPolicyConfig.from_saved({**spec["config"], "model": str(Path(folder))})
+    from harness.policies.saving import config_from_saved
+
+    config = config_from_saved({**spec["config"], "model": str(Path(folder))})
     shapes = {k: tuple(v) for k, v in spec["obs_shapes"].items()}
     return HFVLAPolicy(config, shapes).to(device)
-
-
-register_policy("hf_vla", HFVLAPolicy, required_keys=("pixels",))

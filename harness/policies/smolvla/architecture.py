@@ -12,7 +12,7 @@ ignores), and in ``vlm_model_name`` when that is a local folder.
 :class:`Architecture` holds the policy fields that shape the network or its sampling, with
 LeRobot's ``SmolVLAConfig`` defaults; every other field of ``config.json`` is kept as it was and
 written back unchanged. :func:`tiny_config` builds a small random SmolVLA offline, the way
-:mod:`harness.policies.hf_tiny` builds its tiny Idefics3.
+:mod:`harness.policies.hf_vla.tiny` builds its tiny Idefics3.
 """
 
 from __future__ import annotations

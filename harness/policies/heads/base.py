@@ -4,16 +4,22 @@
 A decision is one chunk. Its *record* ``(B, R)`` is everything needed to score the same
 decision again under changed weights: the clipped ratio ``exp(log_prob - old_log_prob)`` of
 group fine-tuning and the k3 KL to a frozen reference (:func:`harness.objectives.kl_k3`) both
-read per-decision log-probabilities of records, so they work unchanged whichever head made them.
-The heads themselves live in :mod:`harness.policies.action_heads` and
-:mod:`harness.policies.flow_head`.
+read log-probabilities of records, so they work unchanged whichever head made them. A head's
+log-density is split into *units* (:meth:`ActionHead.unit_log_probs`) that the trainer clips one
+by one: one per token, one per chunk entry of a Gaussian, the whole chain of a flow.
+
+Each head class carries its options as a dataclass, ``Config`` (checked when the run's config
+is loaded, before anything is built), and is registered once under a name
+(:func:`harness.policies.register_head`): the built-in ``tokens``
+(:mod:`~harness.policies.heads.tokens`), ``gaussian`` (:mod:`~harness.policies.heads.gaussian`)
+and ``flow`` (:mod:`~harness.policies.heads.flow`), or a user's own from a plugin module.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -26,7 +32,7 @@ class Decision(NamedTuple):
 
     Attributes:
         actions: ``(B, H, A)`` float in ``[-1, 1]``: what the environment executes.
-        record: ``(B, R)`` float: what :meth:`ActionHead.log_prob` scores.
+        record: ``(B, R)``: what :meth:`ActionHead.log_prob` scores (int64 tokens, or floats).
         log_prob: ``(B,)`` log-density of the decision at the temperature it was sampled at.
     """
 
@@ -35,9 +41,34 @@ class Decision(NamedTuple):
     log_prob: torch.Tensor
 
 
+class BCScores(NamedTuple):
+    """A batch's held-out behaviour-cloning figures, as sums (a validation adds the batches).
+
+    Attributes:
+        loss_sum: The training loss times ``count``.
+        correct: Entries predicted exactly (tokens); NaN for a continuous head.
+        error_sum: Absolute error of the greedy actions, summed over the entries that count.
+        count: Entries that count (action dimensions of the chunk slots inside the episode).
+    """
+
+    loss_sum: float
+    correct: float
+    error_sum: float
+    count: float
+
+
 def gaussian_log_density(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Elementwise ``log N(x; mean, std^2)``, broadcast over the three arguments."""
     return -0.5 * ((x - mean) / std) ** 2 - std.log() - LOG_SQRT_2PI
+
+
+def uniforms_to_normals(uniforms: torch.Tensor) -> torch.Tensor:
+    """Standard normals from uniforms in ``[0, 1)`` by the inverse normal CDF (in float64, then
+    float32); the clamp to ``[eps, 1 - eps]`` keeps ``u = 0`` finite. The rollouts hand every
+    policy uniforms, so a row's draw depends on its own numbers only; this is how the continuous
+    heads (and SmolVLA's chain) read them."""
+    tiny = torch.finfo(torch.float32).eps
+    return torch.special.ndtri(uniforms.double().clamp(tiny, 1.0 - tiny)).float()
 
 
 def positive_int(name: str, value: object) -> int:
@@ -64,11 +95,23 @@ def check_temperature(temperature: float) -> float:
     return temperature
 
 
+def continuous_bc_scores(loss: torch.Tensor, greedy: torch.Tensor, targets: torch.Tensor,
+                         steps: torch.Tensor) -> BCScores:
+    """:class:`BCScores` of a continuous head's batch: its loss over ``steps`` ``(B, H)`` (the
+    slots that count) and the greedy chunk's error against the targets ``(B, H, A)``."""
+    entries = steps.sum().item() * targets.shape[-1]
+    error = ((greedy - targets).abs() * steps.unsqueeze(-1)).sum().item()
+    return BCScores(loss.item() * entries, math.nan, error, entries)
+
+
 class ActionHead(nn.Module, ABC):
     """Features ``(B, F)`` -> a distribution over action chunks ``(B, H, A)`` in ``[-1, 1]^A``.
 
-    Subclasses set :attr:`record_dim` and implement the five methods below; the shape checks
-    are shared here.
+    Subclasses set :attr:`record_dim` and :attr:`noise_dim`, implement the five abstract methods
+    and declare their options as the dataclass ``Config`` (whose fields are their keyword-only
+    arguments); the shape checks are shared here. The default unit is the whole decision; a head
+    whose log-density factorises overrides :meth:`unit_log_probs`, :meth:`unit_entropy` and
+    :meth:`units_per_step`.
 
     Args:
         feature_dim: ``F``, width of the features.
@@ -79,6 +122,10 @@ class ActionHead(nn.Module, ABC):
         ValueError: A size that is not a positive int, naming it.
     """
 
+    Config: ClassVar[type]  # the head's options (set by each head, or derived at registration)
+    # The outputs of an exported graph (harness.export) and what its record says of them.
+    export_outputs: ClassVar[tuple[str, ...]] = ("actions",)
+    greedy_rule: ClassVar[str] = "the head's greedy chunk, clipped to [-1, 1]"
     record_dim: int
     noise_dim: int  # standard-normal (or uniform, for tokens) numbers one decision draws
 
@@ -126,6 +173,8 @@ class ActionHead(nn.Module, ABC):
                 generator: torch.Generator | None = None) -> torch.Tensor:
         """``(B,)`` entropy of a decision (exact or an estimate, as each head documents)."""
 
+    # --- what the policies call; defaults for a head whose one unit is the decision ---------
+
     def unit_log_probs(self, features: torch.Tensor, record: torch.Tensor,
                        temperature: float = 1.0) -> torch.Tensor:
         """The decision's log-density split into the units a trainer clips one by one,
@@ -142,6 +191,35 @@ class ActionHead(nn.Module, ABC):
         """Units of :meth:`unit_log_probs` per control step of the chunk; 0 when one unit
         covers the whole decision."""
         return 0
+
+    def noise_from_uniforms(self, uniforms: torch.Tensor) -> torch.Tensor:
+        """The ``noise`` of :meth:`sample` from ``(B, noise_dim)`` uniforms in ``[0, 1)``: standard
+        normals (:func:`uniforms_to_normals`); the tokens head reads the uniforms themselves."""
+        return uniforms_to_normals(uniforms)
+
+    def greedy_decision(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(record, actions)`` of the greedy chunk: zeros for a record (nothing scores a
+        greedy decision) and :meth:`greedy`."""
+        actions = self.greedy(features)
+        return features.new_zeros((len(actions), self.record_dim)), actions
+
+    def bc_scores(self, features: torch.Tensor, target_chunks: torch.Tensor,
+                  valid: torch.Tensor | None, generator: torch.Generator | None) -> BCScores:
+        """A held-out batch's :class:`BCScores`: the loss over the slots that count and the
+        error of the greedy chunk."""
+        steps = (torch.ones(target_chunks.shape[:2], dtype=torch.bool,
+                            device=target_chunks.device) if valid is None else valid)
+        loss = self.bc_loss(features, target_chunks, generator, steps)
+        return continuous_bc_scores(loss, self.greedy(features), target_chunks, steps)
+
+    def export_graph(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The exported graph's outputs (named :attr:`export_outputs`) from the features: the
+        greedy chunk ``(B, H, A)``."""
+        return (self.greedy(features),)
+
+    def export_record(self) -> dict[str, object]:
+        """What an export record says of the actions beyond their sizes (the greedy rule)."""
+        return {"greedy_rule": self.greedy_rule}
 
     # --- shared checks ------------------------------------------------------------------------
 

@@ -1,7 +1,5 @@
-"""The harness's own token-policy encoders: :class:`MLPTokenPolicy` on ``state`` and
-:class:`TinyVLA` on ``pixels``, each with the action, value and sampling surface of
-:class:`~harness.policies.token_policy.TokenPolicy` (any ``action_head``). Importing this module
-registers them as ``mlp`` and ``tiny_vla``."""
+"""The ``tiny_vla`` network: a small CNN on the camera frame, the instruction and ``proprio``,
+fused by an MLP, with any action head (:class:`~harness.policies.head_policy.HeadPolicy`)."""
 
 from __future__ import annotations
 
@@ -10,64 +8,12 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from harness.policies.head_policy import HeadPolicy
 from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
-from harness.policies.token_policy import TokenPolicy, register_policy
-from harness.policies.tokens import ObsShapes, TokenPolicyConfig
+from harness.policies.observations import ObsShapes
 
 
-class MLPTokenPolicy(TokenPolicy):
-    """Two-layer tanh MLP on ``state``, concatenated with the mean instruction embedding.
-
-    With ``normalize_state``, ``state`` is first standardised by the buffers ``state_mean`` and
-    ``state_std`` (identity until :meth:`fit_normalizer`). Positions in metres vary by
-    centimetres between the states a push expert treats differently; unscaled, they barely move
-    a tanh layer's pre-activations.
-    """
-
-    MIN_STD = 1e-2  # floor of a dimension's standard deviation (state units: m, rad, m/s)
-
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
-        super().__init__(config, obs_shapes)
-        self.use_instruction = config.use_instruction and "instruction" in obs_shapes
-        in_dim = obs_shapes["state"][0]
-        if self.use_instruction:
-            self.instruction_encoder = InstructionEncoder(config.embed_dim)
-            in_dim += config.embed_dim
-        self.trunk = nn.Sequential(
-            nn.Linear(in_dim, config.hidden),
-            nn.Tanh(),
-            nn.Linear(config.hidden, config.hidden),
-            nn.Tanh(),
-        )
-        if config.normalize_state:
-            state_dim = obs_shapes["state"][0]
-            self.register_buffer("state_mean", torch.zeros(state_dim))
-            self.register_buffer("state_std", torch.ones(state_dim))
-
-    def fit_normalizer(self, obs: Mapping[str, torch.Tensor]) -> dict[str, float]:
-        """With ``normalize_state``: set ``state_mean`` and ``state_std`` (floored at
-        ``MIN_STD``) from ``obs["state"]`` ``(N, state_dim)``."""
-        if not self.config.normalize_state:
-            return {}
-        state = obs["state"].double()
-        if len(state) < 2:
-            raise ValueError(f"fit_normalizer needs at least 2 states, got {len(state)}")
-        self.state_mean.copy_(state.mean(0).to(self.state_mean))
-        self.state_std.copy_(state.std(0).clamp_min(self.MIN_STD).to(self.state_std))
-        return {"bc/normalizer_states": float(len(state))}
-
-    def features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``state`` (+ instruction) -> ``(B, hidden)``."""
-        state = obs["state"].float()
-        if self.config.normalize_state:
-            state = (state - self.state_mean) / self.state_std
-        parts = [state]
-        if self.use_instruction:
-            parts.append(self.instruction_encoder(obs["instruction"]))
-        return self.trunk(torch.cat(parts, dim=-1))
-
-
-class TinyVLA(TokenPolicy):
+class TinyVLA(HeadPolicy):
     """A tiny vision-language-action model.
 
     A small CNN encodes ``pixels`` into keypoints (spatial softmax, the default) or a pooled
@@ -77,7 +23,7 @@ class TinyVLA(TokenPolicy):
     instruction (:class:`~harness.policies.layers.InstructionKeypoints`) are fused too.
     """
 
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
+    def __init__(self, config, obs_shapes: ObsShapes) -> None:
         super().__init__(config, obs_shapes)
         layers: list[nn.Module] = []
         in_channels = obs_shapes["pixels"][-1]
@@ -126,6 +72,29 @@ class TinyVLA(TokenPolicy):
             nn.ReLU(),
         )
 
+    INPUT_KEY = "pixels"
+
+    @property
+    def input_keys(self) -> tuple[str, ...]:
+        """``pixels``, then ``instruction`` and ``proprio`` when they are read."""
+        return ("pixels", *(("instruction",) if self.use_instruction else ()),
+                *(("proprio",) if self.use_proprio else ()))
+
+    def freeze_encoder(self) -> None:
+        """Stop training the image encoder; its features can then be computed once
+        (:meth:`encode_frozen`)."""
+        self.image_encoder.requires_grad_(False)
+
+    def encode_frozen(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``obs`` with ``pixels`` replaced by their ``image_features`` (in chunks of 1,024
+        frames), which :meth:`features` reads in their place."""
+        if "image_features" in obs:
+            return dict(obs)
+        pixels, chunk = obs["pixels"], 1024
+        features = torch.cat([self.encode_image(pixels[i:i + chunk])
+                              for i in range(0, len(pixels), chunk)])
+        return {**{k: v for k, v in obs.items() if k != "pixels"}, "image_features": features}
+
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 ``pixels`` ``(B, H, W, 3)`` -> image features ``(B, D)`` (keypoints or grid)."""
         if pixels.dtype != torch.uint8:
@@ -150,7 +119,3 @@ class TinyVLA(TokenPolicy):
         if self.use_proprio:
             parts.append(self.proprio_encoder(obs["proprio"].float()))
         return self.fusion(torch.cat(parts, dim=-1))
-
-
-register_policy("mlp", MLPTokenPolicy, ("state",))
-register_policy("tiny_vla", TinyVLA, ("pixels",))

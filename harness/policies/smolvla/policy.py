@@ -44,58 +44,23 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.policies.head_base import LOG_SQRT_2PI, gaussian_log_density
-from harness.policies.hf_models import check_dtype
-from harness.policies.smolvla_folder import write_checkpoint
-from harness.policies.token_policy import TokenPolicy, register_policy
-from harness.policies.tokens import ObsShapes, TokenPolicyConfig
+from harness.policies.contract import PolicySpec
+from harness.policies.heads.base import (
+    LOG_SQRT_2PI,
+    BCScores,
+    continuous_bc_scores,
+    uniforms_to_normals,
+)
+from harness.policies.heads.flow import chain_log_density, greedy_chain, sample_chain
+from harness.policies.hf_vla.models import check_dtype
+from harness.policies.observations import ObsShapes
+from harness.policies.smolvla import TINY, SmolVLAPolicyConfig
+from harness.policies.smolvla.folder import HEADS_FILE, read_heads, write_checkpoint
 
 if TYPE_CHECKING:
-    from harness.policies.smolvla import SmolVLAModel
-    from harness.policies.smolvla_config import SmolVLAConfig
+    from harness.policies.smolvla.model import SmolVLAModel
 
-TINY = "tiny:smolvla"
 SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = 0.02, 0.5, 0.1
-# The noise scales and the value head, beside the network in a folder this policy writes.
-HEADS_FILE = "harness_heads.safetensors"
-
-
-def head_shapes(flow_steps: int, hidden: int, config: SmolVLAConfig) -> dict[str, tuple[int, ...]]:
-    """The shapes of :meth:`SmolVLAPolicy.heads_state` for a network of ``config``."""
-    arch = config.arch
-    width = int(config.vlm["text_config"]["hidden_size"])
-    return {"noise_logit": (flow_steps, arch.chunk_size * arch.max_action_dim),
-            "value_head.0.weight": (hidden, width), "value_head.0.bias": (hidden,),
-            "value_head.2.weight": (1, hidden), "value_head.2.bias": (1,)}
-
-
-def read_heads(folder: str | os.PathLike, flow_steps: int, hidden: int,
-               config: SmolVLAConfig) -> dict[str, torch.Tensor] | None:
-    """The noise scales and the value head stored beside a SmolVLA folder, or ``None`` when it
-    has none (a LeRobot checkpoint).
-
-    Raises:
-        ValueError: They do not fit ``flow_steps`` and ``hidden``, naming the file and both.
-    """
-    from safetensors.torch import load_file
-
-    path = Path(folder) / HEADS_FILE
-    if not path.is_file():
-        return None
-    heads = load_file(str(path))
-    stored = {name: tuple(tensor.shape) for name, tensor in heads.items()}
-    expected = head_shapes(flow_steps, hidden, config)
-    if stored != expected:
-        differ = ", ".join(f"{name} {stored.get(name)} (need {expected.get(name)})"
-                           for name in sorted(stored.keys() | expected.keys())
-                           if stored.get(name) != expected.get(name))
-        raise ValueError(
-            f"{path} holds noise scales and a value head that do not fit policy.flow_steps="
-            f"{flow_steps} and policy.hidden={hidden}: {differ}; use the settings the folder "
-            f"was written with, or delete {HEADS_FILE} to start fresh ones")
-    return heads
-
-
 def merge_adapters(network: nn.Module) -> None:
     """Fold every LoRA adapter of ``network`` into its layer's weight (``W + alpha / r * B A``)
     and put the plain layer back in its place, so the parameter names are LeRobot's again."""
@@ -108,7 +73,7 @@ def merge_adapters(network: nn.Module) -> None:
             setattr(network.get_submodule(parent), child, module.get_base_layer())
 
 
-def build_model(config: TokenPolicyConfig, obs_shapes: ObsShapes):
+def build_model(config: SmolVLAPolicyConfig, obs_shapes: ObsShapes):
     """The :class:`~harness.policies.smolvla.SmolVLAModel` ``config.model`` names: ``tiny:smolvla``
     (random weights, sized to the observations and ``chunk_size``) or a LeRobot checkpoint
     folder (whose ``chunk_size`` and widths must fit).
@@ -116,7 +81,8 @@ def build_model(config: TokenPolicyConfig, obs_shapes: ObsShapes):
     Raises:
         ValueError: A folder whose chunk, state or action width does not fit, naming them.
     """
-    from harness.policies.smolvla import SmolVLAModel, tiny_config
+    from harness.policies.smolvla.architecture import tiny_config
+    from harness.policies.smolvla.model import SmolVLAModel
 
     state_dim = obs_shapes["proprio"][0] if "proprio" in obs_shapes else 1
     if config.model == TINY:
@@ -134,19 +100,19 @@ def build_model(config: TokenPolicyConfig, obs_shapes: ObsShapes):
     return model
 
 
-class SmolVLAPolicy(TokenPolicy):
-    """SmolVLA with a Flow-Noise sampler and a value head (see the module docstring).
+class SmolVLAPolicy(nn.Module):
+    """SmolVLA with a Flow-Noise sampler and a value head (see the module docstring), behind the
+    policy contract (:class:`harness.policies.Policy`): one unit per decision, the chain.
 
     Args:
-        config: ``kind="smolvla"``, ``action_head="flow"``; ``model``, ``chunk_size``,
-            ``execute_steps``, ``flow_steps``, ``hidden``, ``dtype``, ``lora_*`` and
-            ``gradient_checkpointing`` are read.
+        config: The ``smolvla`` config.
         obs_shapes: Must hold ``pixels``; ``proprio`` and ``instruction`` are read when present.
     """
 
-    def __init__(self, config: TokenPolicyConfig, obs_shapes: ObsShapes) -> None:
-        nn.Module.__init__(self)
-        self.head = None  # the flow expert is the model's own
+    ENTROPY_SEED = 0
+
+    def __init__(self, config: SmolVLAPolicyConfig, obs_shapes: ObsShapes) -> None:
+        super().__init__()
         self.config = config
         self.obs_shapes = {k: tuple(int(d) for d in v) for k, v in obs_shapes.items()}
         dtype = check_dtype(config.dtype, "cpu")
@@ -184,7 +150,7 @@ class SmolVLAPolicy(TokenPolicy):
         config = self.config
         network = self.smolvla.model.vlm_with_expert
         inject_adapter_in_model(LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                                           lora_dropout=config.lora_dropout,
+                                           lora_dropout=0.0,
                                            target_modules=list(config.lora_targets)), network)
         cast_adapter_dtype(network, "default")  # float32, as get_peft_model leaves them
         trainable = ("lora_", "action_in_proj", "action_out_proj", "action_time_mlp",
@@ -196,6 +162,17 @@ class SmolVLAPolicy(TokenPolicy):
     def feature_dim(self) -> int:
         """Width of :meth:`features`: the backbone's."""
         return int(self.smolvla.config.vlm["text_config"]["hidden_size"])
+
+    @property
+    def spec(self) -> PolicySpec:
+        keys = ("pixels", *(("instruction",) if self.use_instruction else ()),
+                *(("proprio",) if "proprio" in self.obs_shapes else ()))
+        return PolicySpec(kind=self.config.name, head="flow", chunk_size=self.config.chunk_size,
+                          execute_steps=self.config.steps_per_decision,
+                          action_dim=self.config.action_dim, units_per_step=0,
+                          noise_width=(self.steps + 1) * self.entries,
+                          feature_dim=self.feature_dim, input_keys=keys,
+                          folder_format="lerobot")
 
     # --- writing back -------------------------------------------------------------------------
 
@@ -284,50 +261,45 @@ class SmolVLAPolicy(TokenPolicy):
         chunk = x.view(-1, arch.chunk_size, arch.max_action_dim)
         return chunk[:, :, :self.config.action_dim].clamp(-1.0, 1.0)
 
+    def _drift(self, cache, pads):
+        """SmolVLA's drift: it integrates from ``t = 1`` down to ``t = 0``, so ``-v``."""
+        return lambda x, k: -self._velocity(cache, pads, x, k)
+
     @torch.no_grad()
     def act(self, obs, deterministic: bool = False, temperature: float = 1.0,
             uniforms: torch.Tensor | None = None):
         """A decision: the chain record ``(B, (K + 1) * H * max_action_dim)`` (zeros for greedy
         actions) and the chunk ``(B, H, action_dim)``; ``uniforms`` ``(B, noise_width)`` become
-        the chain's standard normals by the inverse normal CDF."""
+        the chain's standard normals (:func:`~harness.policies.heads.base.uniforms_to_normals`)."""
         cache, pads = self.encode(obs)
         rows = pads.shape[0]
+        drift = self._drift(cache, pads)
+        noise_width = (self.steps + 1) * self.entries
         if deterministic:
-            x = torch.zeros((rows, self.entries), device=pads.device)
-            for k in range(self.steps):
-                x = x - self._velocity(cache, pads, x, k) / self.steps
-            return x.new_zeros((rows, self.noise_width)), self._actions(x)
+            start = torch.zeros((rows, self.entries), device=pads.device)
+            x = greedy_chain(drift, start, self.steps)
+            return x.new_zeros((rows, noise_width)), self._actions(x)
         if temperature <= 0:
             raise ValueError(
                 f"temperature={temperature} must be > 0 when sampling; use deterministic=True")
         if uniforms is None:
-            normals = torch.randn((rows, self.noise_width), device=pads.device)
+            normals = torch.randn((rows, noise_width), device=pads.device)
         else:
-            tiny = torch.finfo(torch.float32).eps
-            normals = torch.special.ndtri(uniforms.double().clamp(tiny, 1 - tiny)).float()
+            normals = uniforms_to_normals(uniforms)
         draws = normals.to(pads.device).view(rows, self.steps + 1, self.entries)
         sigma = self.sigma()
-        x = temperature * draws[:, 0]
-        chain = [x]
-        for k in range(self.steps):
-            x = x - self._velocity(cache, pads, x, k) / self.steps
-            x = x + temperature * sigma[k] * draws[:, k + 1]
-            chain.append(x)
-        return torch.cat(chain, dim=-1), self._actions(x)
+        record = sample_chain(drift, lambda x, k: sigma[k], draws, temperature)
+        return record, self._actions(record[:, -self.entries:])
 
-    def log_prob(self, obs, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    def log_prob(self, obs, records: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """``(B, 1)``: the chain's log-density at ``temperature`` (one unit per decision)."""
         cache, pads = self.encode(obs)
-        chain = tokens.float().view(-1, self.steps + 1, self.entries)
-        sigma = self.sigma()
-        x0 = chain[:, 0]
-        total = gaussian_log_density(x0, torch.zeros_like(x0),
-                                     x0.new_tensor(float(temperature))).sum(-1)
-        for k in range(self.steps):
-            mean = chain[:, k] - self._velocity(cache, pads, chain[:, k], k) / self.steps
-            total = total + gaussian_log_density(chain[:, k + 1], mean,
-                                                 temperature * sigma[k]).sum(-1)
-        return total.unsqueeze(-1)
+        chain = records.float().view(-1, self.steps + 1, self.entries)
+        drift = self._drift(cache, pads)
+        means = torch.stack([chain[:, k] + drift(chain[:, k], k) / self.steps
+                             for k in range(self.steps)], dim=1)
+        stds = temperature * self.sigma()
+        return chain_log_density(chain, means, stds, temperature).unsqueeze(-1)
 
     def entropy(self, obs, temperature: float = 1.0) -> torch.Tensor:
         """Exact entropy of the chain, ``(B, 1)``: ``sigma`` does not depend on the state."""
@@ -336,27 +308,9 @@ class SmolVLAPolicy(TokenPolicy):
         rows = len(next(iter(obs.values())))
         return value.expand(rows, 1)
 
-    def logits(self, obs, tokens=None):
-        raise TypeError("policy=smolvla has no token logits (a flow-matching action expert)")
-
-    def executed_mask(self, executed: torch.Tensor) -> torch.Tensor:
-        return torch.ones((len(executed), 1), dtype=torch.bool,
-                          device=torch.as_tensor(executed).device)
-
-    @property
-    def units_per_decision(self) -> int:
-        return 1
-
-    def max_units(self, max_episode_steps: int) -> int:
-        return math.ceil(max_episode_steps / self.config.steps_per_decision)
-
-    @property
-    def noise_width(self) -> int:
-        return (self.steps + 1) * self.entries
-
-    @property
-    def continuous(self) -> bool:
-        return True
+    def value(self, obs) -> torch.Tensor:
+        """Value estimate ``(B,)`` from the prefix's mean embedding."""
+        return self.value_head(self.features(obs)).squeeze(-1)
 
     def bc_loss(self, obs, target_chunks: torch.Tensor, valid: torch.Tensor | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
@@ -371,5 +325,60 @@ class SmolVLAPolicy(TokenPolicy):
         return (losses * weights.unsqueeze(-1)).sum() / (
             weights.sum().clamp(min=1.0) * self.config.action_dim)
 
+    def bc_scores(self, obs, target_chunks: torch.Tensor, valid: torch.Tensor | None = None,
+                  generator: torch.Generator | None = None) -> BCScores:
+        """Held-out figures: the flow loss over the slots that count and the greedy chunk's
+        error."""
+        steps = (torch.ones(target_chunks.shape[:2], dtype=torch.bool,
+                            device=target_chunks.device) if valid is None else valid)
+        loss = self.bc_loss(obs, target_chunks, steps, generator)
+        _, greedy = self.act(obs, deterministic=True)
+        return continuous_bc_scores(loss, greedy, target_chunks, steps)
 
-register_policy("smolvla", SmolVLAPolicy, ("pixels",))
+    def fit_normalizer(self, obs) -> dict[str, float]:
+        """Nothing to fit."""
+        return {}
+
+    def frozen_reference(self) -> SmolVLAPolicy:
+        """The policy as it is now, frozen (a deep copy in eval mode): the KL reference."""
+        reference = copy.deepcopy(self).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return reference
+
+    def freeze_encoder(self) -> None:
+        """Raises: ValueError: SmolVLA's vision encoder is part of its backbone (LoRA adapts it)."""
+        raise ValueError("algo.freeze_encoder=true needs a policy with an image encoder of its "
+                         "own (policy=tiny_vla or hf_vla); policy='smolvla' has none (use "
+                         "policy.lora_rank to train adapters only)")
+
+    def encode_frozen(self, obs) -> dict[str, torch.Tensor]:
+        """``obs`` unchanged: nothing is frozen."""
+        return dict(obs)
+
+    # --- saving and export --------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the policy to ``path`` (:func:`harness.policies.saving.save_policy`)."""
+        from harness.policies.saving import save_policy
+
+        save_policy(path, self)
+
+    def save_pretrained(self, folder: str | os.PathLike, overwrite: bool = False) -> Path:
+        """The LeRobot checkpoint folder (:meth:`write_lerobot_folder`)."""
+        return self.write_lerobot_folder(folder, overwrite=overwrite)
+
+    def export_graph(self, keys: tuple[str, ...]) -> nn.Module:
+        """Raises: TypeError: ONNX export covers the mlp and tiny_vla networks; SmolVLA exports
+        as a LeRobot folder (``format=lerobot``)."""
+        raise TypeError("cannot export policy=smolvla to ONNX; export it as a LeRobot "
+                        "checkpoint folder (format=lerobot), or export an mlp or tiny_vla "
+                        "policy")
+
+    def export_record(self) -> dict:
+        """Raises: TypeError, as :meth:`export_graph`."""
+        return self.export_graph(())
+
+    @staticmethod
+    def migrate_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return state

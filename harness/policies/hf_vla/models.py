@@ -1,10 +1,10 @@
 """Where ``policy=hf_vla`` gets its model: a named offline build or a local folder, checked early.
 
-``policy.model`` is one of :data:`harness.policies.hf_tiny.NAMES` or a local directory holding
+``policy.model`` is one of :data:`harness.policies.hf_vla.tiny.NAMES` or a local directory holding
 a saved ``transformers`` model *and* its processor (``save_pretrained`` of both, as a downloaded
 checkpoint has them). Nothing is ever fetched from a model hub: folders are read with
 ``local_files_only=True``, and never run code: ``trust_remote_code=False`` on every call, weights
-from safetensors only, and the whole folder checked first (:mod:`harness.policies.hf_folder`).
+from safetensors only, and the whole folder checked first (:mod:`harness.policies.hf_vla.folder`).
 
 Action tokens follow OpenVLA: bin ``k`` of ``K`` is the ``k``-th of the ``K`` highest ids of the
 vocabulary that the tokenizer does not reserve (special or added tokens: the image placeholders,
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from harness.policies import hf_tiny
-from harness.policies.hf_folder import ADAPTER_DIR, HEADS_FILE, SPEC_FILE, check_folder
+from harness.policies.hf_vla import tiny as hf_tiny
+from harness.policies.hf_vla.folder import ADAPTER_DIR, HEADS_FILE, SPEC_FILE, check_folder
 from harness_common.files import atomic_dir
 
 INSTALL_HINT = "pip install -e .[vla]"
@@ -135,7 +135,7 @@ def action_token_ids(tokenizer, vocab_size: int, num_bins: int, model: str) -> t
 
 def check_model(model: str, num_bins: int, dtype: str) -> None:
     """Every check of a ``policy=hf_vla`` model that needs no device and no weights: the name or
-    folder, its processor, every file the libraries read (:func:`~harness.policies.hf_folder.
+    folder, its processor, every file the libraries read (:func:`~harness.policies.hf_vla.folder.
     check_folder`: no code, no pickles, the saved spec and adapter) and, from the tokenizer
     alone, room for the action bins.
 
@@ -162,7 +162,7 @@ def load_model(model: str, num_bins: int, dtype: torch.dtype) -> tuple[Any, Any]
 
     Raises:
         ValueError: See :func:`check_model_name` and
-            :func:`~harness.policies.hf_folder.check_folder`.
+            :func:`~harness.policies.hf_vla.folder.check_folder`.
     """
     require_transformers()
     check_model_name(model)
@@ -207,7 +207,7 @@ def save_policy_folder(policy, folder: str | os.PathLike, extra: dict[str, Any])
     ``extra`` (``hf_vla.json``).
 
     Args:
-        policy: A :class:`harness.policies.hf_vla.HFVLAPolicy`.
+        policy: A :class:`harness.policies.hf_vla.policy.HFVLAPolicy`.
         folder: The folder to (re)place.
         extra: More fields of ``hf_vla.json`` (the prompt).
     """

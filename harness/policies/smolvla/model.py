@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from harness.policies.smolvla_config import SmolVLAConfig, tiny_config
-from harness.policies.smolvla_folder import match_state, read_checkpoint, write_checkpoint
-from harness.policies.smolvla_layers import KeyValues, VLMWithExpert
+from harness.policies.smolvla.architecture import SmolVLAConfig, tiny_config
+from harness.policies.smolvla.folder import match_state, read_checkpoint, write_checkpoint
+from harness.policies.smolvla.layers import KeyValues, VLMWithExpert
 
 __all__ = ["SmolVLAModel", "tiny_config", "sinusoidal_time_embedding", "sample_flow_time"]
 
@@ -114,7 +114,7 @@ class SmolVLAModel(nn.Module):
         """Load a LeRobot SmolVLA checkpoint folder (``config.json`` + ``model.safetensors``).
 
         Nothing is downloaded and no code from the folder runs; see
-        :mod:`harness.policies.smolvla_folder` for what is checked.
+        :mod:`harness.policies.smolvla.folder` for what is checked.
 
         Args:
             folder: The checkpoint folder.
@@ -122,7 +122,7 @@ class SmolVLAModel(nn.Module):
                 a local ``vlm_model_name`` gives it: a dict, a folder or a ``config.json``.
             patch_positions: The vision tower's patch-position rule, ``"exact"`` (transformers
                 5, LeRobot 0.6) or ``"shifted"`` (transformers 4.57, LeRobot 0.4.4); see
-                :class:`~harness.policies.smolvla_config.SmolVLAConfig`.
+                :class:`~harness.policies.smolvla.architecture.SmolVLAConfig`.
 
         Returns:
             The network in eval mode, on the CPU, float32.

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from harness.policies.smolvla_config import SmolVLAConfig, build_vlm, expert_intermediate_size
+from harness.policies.smolvla.architecture import SmolVLAConfig, build_vlm, expert_intermediate_size
 
 ROPE_WAVELENGTH = 10_000
 KeyValues = list[tuple[torch.Tensor, torch.Tensor]]  # per backbone layer, each (B, P, KVH, D)
@@ -83,7 +83,8 @@ def patch_positions(rows: int, cols: int, table_side: int, rule: str,
     SmolVLM's vision tower has a ``table_side x table_side`` table of position embeddings and
     places patch ``(h, w)`` at ``bucket(h / rows) * table_side + bucket(w / cols)``, where
     ``bucket(f)`` counts the boundaries ``k / table_side`` (``k = 1 .. table_side - 1``) at or
-    below ``f``; see :class:`~harness.policies.smolvla_config.SmolVLAConfig` for the two rules.
+    below ``f``; see :class:`~harness.policies.smolvla.architecture.SmolVLAConfig` for the two
+    rules.
 
     Returns:
         ``(rows * cols,)`` int64.
@@ -194,7 +195,7 @@ class VLMWithExpert(nn.Module):
     def set_gradient_checkpointing(self, on: bool) -> None:
         """Recompute the activations of every backbone layer (vision tower included) and every
         expert layer in the backward pass (``use_reentrant=False``), in training mode only."""
-        from harness.policies.hf_models import set_checkpointing
+        from harness.policies.hf_vla.models import set_checkpointing
 
         self.gradient_checkpointing = on
         set_checkpointing(self.backbone.vision_model, on)

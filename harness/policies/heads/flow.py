@@ -1,5 +1,5 @@
-"""A flow-matching action head sampled with injected Gaussian noise, so that a chunk has an exact
-log-probability (the "flow" head of :func:`harness.policies.action_heads.make_head`).
+"""The ``flow`` head: flow matching over the chunk, sampled with injected Gaussian noise so that a
+decision has an exact log-probability, and the Flow-Noise chain it shares with SmolVLA.
 
 Behaviour cloning trains a vector field ``v(x, t, f)`` over the flattened chunk ``x`` (``D = H *
 A`` entries) by conditional flow matching with linear interpolation, as pi0 / SmolVLA do, in
@@ -11,29 +11,35 @@ For RL, every Euler step gets Gaussian noise (πRL's Flow-Noise, Chen et al. 202
 2510.25889; ReinFlow, Zhang et al. 2025, arXiv 2505.22094)::
 
     x_0     ~ N(0, T^2 I)
-    x_{k+1} = mu_k + T * sigma_k * eps_k,   mu_k = x_k + v(x_k, t_k, f) * dt,   eps_k ~ N(0, I)
+    x_{k+1} = mu_k + T * sigma_k * eps_k,   mu_k = x_k + d_k(x_k) / K,   eps_k ~ N(0, I)
 
-Each step is Gaussian given ``x_k``, so the chain ``x_0 .. x_K`` (the record, ``(K + 1) * D``
-floats) has the exact log-density::
+where the *drift* ``d_k`` is the model's velocity in the direction of its own time (``+v`` here;
+SmolVLA integrates from ``t = 1`` down to ``t = 0`` and its drift is ``-v``). Each step is
+Gaussian given ``x_k``, so the chain ``x_0 .. x_K`` (the record, ``(K + 1) * D`` floats) has the
+exact log-density::
 
     log p(chain) = log N(x_0; 0, T^2 I) + sum_k log N(x_{k+1}; mu_k, T^2 sigma_k^2 I)
 
-``sigma_k`` lies in ``[sigma_min, sigma_max]`` (a sigmoid of a learned value per step and entry,
-or of a small noise network on ``(x_k, t_k, f)``), and ``T`` is the sampling temperature: it
-scales all the noise, so ``T -> 0`` gives the deterministic ODE from ``x_0 = 0``
-(:meth:`FlowHead.greedy`). The executed action is ``clip(x_K, -1, 1)``: clipping is not
-differentiable and loses the density outside the box, so the log-probability is that of the
+:func:`sample_chain`, :func:`greedy_chain` and :func:`chain_log_density` are that chain, written
+once: this head and :class:`~harness.policies.smolvla.policy.SmolVLAPolicy` call them with their
+own drift and noise scales. Here ``sigma_k`` lies in ``[sigma_min, sigma_max]`` (a sigmoid of a
+learned value per step and entry, or of a small noise network on ``(x_k, t_k, f)``), and ``T`` is
+the sampling temperature: it scales all the noise, so ``T -> 0`` gives the deterministic ODE from
+``x_0 = 0`` (:meth:`FlowHead.greedy`). The executed action is ``clip(x_K, -1, 1)``: clipping is
+not differentiable and loses the density outside the box, so the log-probability is that of the
 chain, which is what the ratio and the KL estimate of group fine-tuning need.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from harness.policies.head_base import (
+from harness.policies.heads.base import (
     LOG_SQRT_2PI,
     ActionHead,
     Decision,
@@ -44,6 +50,53 @@ from harness.policies.head_base import (
 
 NOISE_KINDS: tuple[str, ...] = ("learned", "network")
 TIME_FREQUENCIES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+MAX_STEPS = 100  # denoising steps (pi0 and SmolVLA use 10)
+MAX_HIDDEN = 16384
+
+# The drift ``d_k(x_k)`` and the noise scale ``sigma_k(x_k)`` of step ``k`` at temperature 1.
+Drift = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def sample_chain(drift: Drift, scale: Drift, draws: torch.Tensor,
+                 temperature: float) -> torch.Tensor:
+    """A Flow-Noise chain from its standard normals (see the module docstring).
+
+    Args:
+        drift: ``(x_k (B, D), k) -> d_k (B, D)``; the mean of step ``k`` is ``x_k + d_k / K``.
+        scale: ``(x_k (B, D), k) -> sigma_k``, broadcastable to ``(B, D)``.
+        draws: ``(B, K + 1, D)`` standard normals: ``x_0``'s, then one row per step.
+        temperature: ``T`` > 0, scaling all the noise.
+
+    Returns:
+        The record ``x_0 .. x_K`` flattened, ``(B, (K + 1) * D)``.
+    """
+    steps = draws.shape[1] - 1
+    x = temperature * draws[:, 0]
+    chain = [x]
+    for k in range(steps):
+        mean = x + drift(x, k) / steps
+        x = mean + temperature * scale(x, k) * draws[:, k + 1]
+        chain.append(x)
+    return torch.cat(chain, dim=-1)
+
+
+def greedy_chain(drift: Drift, start: torch.Tensor, steps: int) -> torch.Tensor:
+    """The noiseless chain from ``start`` (zeros: the ``T -> 0`` limit): ``x_K``, ``(B, D)``."""
+    x = start
+    for k in range(steps):
+        x = x + drift(x, k) / steps
+    return x
+
+
+def chain_log_density(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
+                      temperature: float) -> torch.Tensor:
+    """``(B,)`` log-density of chains ``(B, K + 1, D)`` whose steps have means ``(B, K, D)`` and
+    scales ``T * sigma_k`` (``stds``, broadcastable to ``(B, K, D)``)."""
+    rows = chain.shape[0]
+    x0 = chain[:, 0]
+    start = gaussian_log_density(x0, torch.zeros_like(x0), x0.new_tensor(temperature))
+    steps = gaussian_log_density(chain[:, 1:], means, stds).reshape(rows, -1)
+    return start.sum(dim=-1) + steps.sum(dim=-1)
 
 
 def time_embedding(t: torch.Tensor) -> torch.Tensor:
@@ -78,18 +131,52 @@ class FlowHead(ActionHead):
             < sigma_max`` does not hold.
     """
 
+    @dataclass
+    class Config:
+        """``policy.head`` of ``flow``.
+
+        Attributes:
+            steps: ``K`` denoising steps, in ``[1, MAX_STEPS]``.
+            hidden: Width of the vector field's (and noise network's) layers, in
+                ``[1, MAX_HIDDEN]``.
+            noise: ``learned`` (per step and entry) or ``network`` (an MLP on the step's
+                input, as Flow-Noise).
+            sigma_min: Smallest noise scale.
+            sigma_max: Largest noise scale.
+            sigma_init: Initial noise scale, everywhere.
+        """
+
+        steps: int = 4
+        hidden: int = 128
+        noise: str = "learned"
+        sigma_min: float = 0.02
+        sigma_max: float = 0.5
+        sigma_init: float = 0.1
+
+        def __post_init__(self) -> None:
+            for name, top in (("steps", MAX_STEPS), ("hidden", MAX_HIDDEN)):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                    raise ValueError(f"{name}={value!r}; need an int in [1, {top}]")
+            if self.noise not in NOISE_KINDS:
+                raise ValueError(f"noise={self.noise!r}; choose one of {NOISE_KINDS}")
+            scales = (self.sigma_min, self.sigma_init, self.sigma_max)
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in scales) or not (
+                    0.0 < self.sigma_min < self.sigma_init < self.sigma_max):
+                raise ValueError(f"sigma_min={self.sigma_min}, sigma_init={self.sigma_init}, "
+                                 f"sigma_max={self.sigma_max}; need 0 < min < init < max")
+
+    greedy_rule = ("x_0 = 0; x_(k+1) = x_k + v(x_k, k / K, f) / K for k = 0 .. K-1 (K = flow "
+                   "steps); actions = clip(x_K, -1, 1)")
+
     def __init__(self, feature_dim: int, chunk_size: int, action_dim: int = 4, *,
                  steps: int = 4, hidden: int = 128, noise: str = "learned",
                  sigma_min: float = 0.02, sigma_max: float = 0.5,
                  sigma_init: float = 0.1) -> None:
         super().__init__(feature_dim, chunk_size, action_dim)
-        self.steps = positive_int("steps", steps)
-        positive_int("hidden", hidden)
-        if noise not in NOISE_KINDS:
-            raise ValueError(f"noise={noise!r}; choose one of {NOISE_KINDS}")
-        if not 0.0 < sigma_min < sigma_init < sigma_max:
-            raise ValueError(f"sigma_min={sigma_min}, sigma_init={sigma_init}, sigma_max="
-                             f"{sigma_max}; need 0 < min < init < max")
+        self.Config(positive_int("steps", steps), positive_int("hidden", hidden), noise,
+                    sigma_min, sigma_max, sigma_init)  # checks
+        self.steps = steps
         self.noise, self.sigma_min, self.sigma_max = noise, float(sigma_min), float(sigma_max)
         self.record_dim = self.noise_dim = (self.steps + 1) * self.chunk_dim
         in_dim = self.chunk_dim + 1 + 2 * len(TIME_FREQUENCIES) + feature_dim
@@ -153,15 +240,15 @@ class FlowHead(ActionHead):
         else:
             noise = self.check_noise(features, noise)
         draws = noise.view(rows, self.steps + 1, dim)
-        x = temperature * draws[:, 0]
-        chain = [x]
-        for k in range(self.steps):
-            step = self._steps(rows, k, device)
-            mean = x + self.velocity_at(x, step / self.steps, features) / self.steps
-            std = temperature * self.sigma_at(step, x, features)
-            x = mean + std * draws[:, k + 1]
-            chain.append(x)
-        record = torch.cat(chain, dim=-1)
+
+        def drift(x: torch.Tensor, k: int) -> torch.Tensor:
+            return self.velocity_at(x, self._steps(rows, k, device) / self.steps, features)
+
+        def scale(x: torch.Tensor, k: int) -> torch.Tensor:
+            return self.sigma_at(self._steps(rows, k, device), x, features)
+
+        record = sample_chain(drift, scale, draws, temperature)
+        x = record[:, -dim:]
         return Decision(self._to_actions(x), record, self.log_prob(features, record, temperature))
 
     def log_prob(self, features: torch.Tensor, record: torch.Tensor,
@@ -172,24 +259,24 @@ class FlowHead(ActionHead):
         features = self.check_features(features)
         chain = self.check_record(features, record).view(-1, self.steps + 1, self.chunk_dim)
         rows = chain.shape[0]
-        before, after = chain[:, :-1].flatten(0, 1), chain[:, 1:].flatten(0, 1)  # (B * K, D)
+        before = chain[:, :-1].flatten(0, 1)  # (B * K, D)
         step = torch.arange(self.steps, device=chain.device).repeat(rows)
         repeated = features.repeat_interleave(self.steps, dim=0)
         mean = before + self.velocity_at(before, step / self.steps, repeated) / self.steps
         std = temperature * self.sigma_at(step, before, repeated)
-        x0 = chain[:, 0]
-        start = gaussian_log_density(x0, torch.zeros_like(x0), x0.new_tensor(temperature))
-        steps = gaussian_log_density(after, mean, std).view(rows, -1)
-        return start.sum(dim=-1) + steps.sum(dim=-1)
+        shape = (rows, self.steps, self.chunk_dim)
+        return chain_log_density(chain, mean.view(shape), std.view(shape), temperature)
 
     def greedy(self, features: torch.Tensor) -> torch.Tensor:
         """The noiseless Euler ODE from ``x_0 = 0``: ``clip(x_K, -1, 1)``, ``(B, H, A)``."""
         features = self.check_features(features)
-        x = features.new_zeros((features.shape[0], self.chunk_dim))
-        for k in range(self.steps):
-            t = features.new_full((features.shape[0],), k / self.steps)
-            x = x + self.velocity_at(x, t, features) / self.steps
-        return self._to_actions(x)
+        rows = features.shape[0]
+
+        def drift(x: torch.Tensor, k: int) -> torch.Tensor:
+            return self.velocity_at(x, features.new_full((rows,), k / self.steps), features)
+
+        start = features.new_zeros((rows, self.chunk_dim))
+        return self._to_actions(greedy_chain(drift, start, self.steps))
 
     def bc_loss(self, features: torch.Tensor, target_chunks: torch.Tensor,
                 generator: torch.Generator | None = None,

@@ -4,13 +4,15 @@ Reading checks, in this order, and refuses with :class:`CheckpointError` naming 
 a directory; it holds ``config.json`` (a JSON object with ``"type": "smolvla"``) and
 ``model.safetensors`` (weights are read from safetensors only; a folder with pickled weights
 alone is refused); the backbone's config can be found offline (see
-:func:`harness.policies.smolvla_config.resolve_vlm_config`); and, once the network is built, the
-file's tensors are exactly the network's (missing, unexpected and mis-shaped names listed).
-Tensors that share storage in the network (tied embeddings) may be stored under one name only,
-as LeRobot's ``save_pretrained`` does.
+:func:`harness.policies.smolvla.architecture.resolve_vlm_config`); and, once the network is
+built, the file's tensors are exactly the network's (missing, unexpected and mis-shaped names
+listed). Tensors that share storage in the network (tied embeddings) may be stored under one
+name only, as LeRobot's ``save_pretrained`` does.
 
 Writing builds the whole folder under a temporary name beside the target, then renames it into
-place, so a reader never sees half a checkpoint.
+place, so a reader never sees half a checkpoint. A folder the group trainer writes also holds
+the noise scales and the value head (:data:`HEADS_FILE`, :func:`read_heads`), which LeRobot
+ignores.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.policies.smolvla_config import (
+from harness.policies.smolvla.architecture import (
     CONFIG_FILE,
     POLICY_TYPE,
     VLM_CONFIG_FILE,
@@ -49,8 +51,8 @@ def read_checkpoint(folder: str | os.PathLike,
     Args:
         folder: A LeRobot SmolVLA checkpoint folder.
         vlm_config: Where the backbone's config is, when the folder does not say (see
-            :func:`harness.policies.smolvla_config.resolve_vlm_config`).
-        patch_positions: See :class:`~harness.policies.smolvla_config.SmolVLAConfig`.
+            :func:`harness.policies.smolvla.architecture.resolve_vlm_config`).
+        patch_positions: See :class:`~harness.policies.smolvla.architecture.SmolVLAConfig`.
 
     Returns:
         ``(config, tensors)``, tensors on the CPU as stored.
@@ -178,3 +180,44 @@ def write_checkpoint(folder: str | os.PathLike, config: SmolVLAConfig,
         if staging.exists():
             shutil.rmtree(staging)
     return target
+
+
+# The noise scales and the value head, beside the network in a folder this policy writes.
+HEADS_FILE = "harness_heads.safetensors"
+
+
+def head_shapes(flow_steps: int, hidden: int, config: SmolVLAConfig) -> dict[str, tuple[int, ...]]:
+    """The shapes of :meth:`~harness.policies.smolvla.policy.SmolVLAPolicy.heads_state` for a
+    network of ``config``."""
+    arch = config.arch
+    width = int(config.vlm["text_config"]["hidden_size"])
+    return {"noise_logit": (flow_steps, arch.chunk_size * arch.max_action_dim),
+            "value_head.0.weight": (hidden, width), "value_head.0.bias": (hidden,),
+            "value_head.2.weight": (1, hidden), "value_head.2.bias": (1,)}
+
+
+def read_heads(folder: str | os.PathLike, flow_steps: int, hidden: int,
+               config: SmolVLAConfig) -> dict[str, torch.Tensor] | None:
+    """The noise scales and the value head stored beside a SmolVLA folder, or ``None`` when it
+    has none (a LeRobot checkpoint).
+
+    Raises:
+        ValueError: They do not fit ``flow_steps`` and ``hidden``, naming the file and both.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(folder) / HEADS_FILE
+    if not path.is_file():
+        return None
+    heads = load_file(str(path))
+    stored = {name: tuple(tensor.shape) for name, tensor in heads.items()}
+    expected = head_shapes(flow_steps, hidden, config)
+    if stored != expected:
+        differ = ", ".join(f"{name} {stored.get(name)} (need {expected.get(name)})"
+                           for name in sorted(stored.keys() | expected.keys())
+                           if stored.get(name) != expected.get(name))
+        raise ValueError(
+            f"{path} holds noise scales and a value head that do not fit policy.flow_steps="
+            f"{flow_steps} and policy.hidden={hidden}: {differ}; use the settings the folder "
+            f"was written with, or delete {HEADS_FILE} to start fresh ones")
+    return heads
