@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 from harness_common.files import atomic_write_text, write_json  # noqa: E402
 
 SETTINGS = [
-    "+experiment=push_easy_pixels", "algo.bc_demos=5", "algo.bc_epochs=5",
-    "algo.state_pretrain_episodes=0",
+    "+experiment=push_easy_pixels", "algo.start_policy.bc.demos=5", "algo.start_policy.bc.epochs=5",
+    "algo.start_policy.state_pretrain.episodes=0",
     "algo.iterations=1000000", "eval.every_steps=50000", "eval.episodes=10",
     "eval.final_episodes=10", "checkpoint_every_steps=20000", "logger.progress_bar=false",
     "hydra/job_logging=none", "hydra/hydra_logging=none",

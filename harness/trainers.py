@@ -5,7 +5,8 @@ Every algorithm family is a run class that meets :class:`Trainer`: :class:`harne
 for PPO, A2C and TRPO, :class:`harness.algos.group.GroupRun` for the group-relative algorithms.
 :func:`train` checks what it can before the run directory is touched (the class's
 ``preflight``, and ``validate_checkpoint`` when resuming), opens the run directory, builds the
-run object, calls its ``train()`` and writes ``summary.json`` with the provenance of the result.
+start policy (group algorithms: :mod:`harness.start_policy`), builds the run object around it,
+calls its ``train()`` and writes ``summary.json`` with the provenance of the result.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn
 from harness.provenance import git_commit, machine_info, package_versions
 from harness.runs import Run
+from harness.start_policy import StartPolicy, build_start_policy
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +31,17 @@ log = logging.getLogger(__name__)
 class Trainer(Protocol):
     """What every run class provides.
 
-    Building one (``cls(config, run)``) builds the run's objects, from the latest checkpoint
-    when ``run.resume_metadata`` is set.
+    Building one (``cls(config, run, start)``) builds the run's objects around ``start``, the
+    start policy the app built first (:func:`harness.start_policy.build_start_policy`, for a
+    class that ``takes_start_policy``), or from the latest checkpoint when
+    ``run.resume_metadata`` is set.
     """
 
     has_reference_policy: ClassVar[bool]  # checkpoints also hold the frozen start policy
+    takes_start_policy: ClassVar[bool]  # the app builds the start policy before the run
 
-    def __init__(self, config: TrainConfig, run: Run) -> None: ...
+    def __init__(self, config: TrainConfig, run: Run, start: StartPolicy | None = None
+                 ) -> None: ...
 
     @staticmethod
     def preflight(config: TrainConfig) -> None:
@@ -120,7 +126,10 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             return finished
     run = Run(run_dir, config, resume_metadata=metadata)
     try:
-        result = trainer(config, run).train()
+        start = None
+        if trainer.takes_start_policy and metadata is None:  # demos, pretraining, BC
+            start = build_start_policy(config, run.dir)
+        result = trainer(config, run, start).train()
         env_steps = int(result.get("env_steps", 0))
         wall_clock = run.elapsed()
         summary = {

@@ -78,7 +78,8 @@ def moved_spelling(override: str, moved: Mapping[str, str]) -> str | None:
         override: ``key=value`` (``+``/``~`` prefixes allowed).
         moved: Old dotted key -> new key, e.g. ``{"policy.flow_steps": "policy.head.steps",
             "policy.action_head": "policy/head"}`` (a ``/`` marks a config group: the value
-            chooses one of its files).
+            chooses one of its files). An old key ending in ``=`` moved alone, the keys below
+            it did not: ``{"algo.critic=": "algo.critic.network"}``.
 
     Returns:
         ``"<old> is now <new>: write <new>=<value>"``, or ``None``.
@@ -88,10 +89,14 @@ def moved_spelling(override: str, moved: Mapping[str, str]) -> str | None:
         return None
     key = key.lstrip("+~")
     for old in sorted(moved, key=len, reverse=True):
-        if key == old or key.startswith(old + "."):
-            new = moved[old] + key[len(old):]
+        alone = old.endswith("=")
+        name = old.rstrip("=")
+        if key == name or (not alone and key.startswith(name + ".")):
+            if alone and value.startswith("{"):
+                continue  # the whole block, in its new spelling
+            new = moved[old] + key[len(name):]
             write = f"{new}={value}" if equals else new
-            return f"{old} is now {moved[old]}: write {write}"
+            return f"{name} is now {moved[old]}: write {write}"
     return None
 
 

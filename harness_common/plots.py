@@ -82,7 +82,7 @@ def start_states_curve(metrics_csv: str | Path, out: str | Path) -> Path:
     series = read_metrics(metrics_csv)
     if "starts/demo_remaining" not in series:
         raise ValueError(f"{metrics_csv} has no starts/demo_remaining: was the run trained with "
-                         "algo.start_states=demo or mix?")
+                         "algo.starts.source=demo or mix?")
 
     def curve(key: str) -> tuple[np.ndarray, np.ndarray]:
         return _steps_and_values(series, key)

@@ -12,7 +12,8 @@ from harness import config as harness_config
 from harness import trainers
 
 TINY = ["task=reach", "task.obs_mode=state", "task.max_episode_steps=5", "algo=grpo",
-        "policy=mlp", "algo.bc_demos=0", "algo.num_start_states=2", "algo.group_size=2",
+        "policy=mlp", "algo.start_policy.bc.demos=0", "algo.num_start_states=2",
+        "algo.group_size=2",
         "algo.minibatch_size=4", "algo.iterations=3", "eval.every_steps=0",
         "eval.final_episodes=2", "logger.videos=false", "logger.tensorboard=false",
         "logger.progress_bar=false", "torch_threads=1"]

@@ -12,14 +12,15 @@ import pytest
 import torch
 
 import tasks
-from harness.bc import evaluate_policy, pretrain_bc, random_shift, split_by_episode
+from harness.config import BCConfig, Seeds, StartPolicyConfig, StatePretrainConfig
 from harness.demos import Demos, collect_demos, load_demos, rebuild_env
 from harness.policies import actions_to_tokens, make, resolve_device, tokens_to_actions
 from harness.policies.heads.tokens import token_cross_entropy
 from harness.policies.mlp import MLPConfig
 from harness.policies.tiny_vla import TinyVLAConfig
-from harness.start_policy import CloneOptions, cloned_start_policy
-from harness.state_pretraining import pretrain_state_features
+from harness.start_policy import cloned_start_policy
+from harness.start_policy.bc import evaluate_policy, pretrain_bc, random_shift, split_by_episode
+from harness.start_policy.state_pretraining import pretrain_state_features
 
 torch.set_num_threads(1)
 
@@ -310,10 +311,11 @@ def test_shift_augmentation_reaches_training_only_and_is_seeded(tmp_path):
     config = TinyVLAConfig(hidden=16, conv_channels=(4, 4))
 
     def clone(pretrain_pad: int, bc_pad: int) -> dict[str, torch.Tensor]:
-        policy, metrics = cloned_start_policy("reach", options, config, CloneOptions(
-            demos=2, epochs=2, difficulty=1.0, demo_dir=tmp_path, progress=False,
-            state_pretrain_episodes=3, state_pretrain_epochs=2,
-            state_pretrain_shift_pad=pretrain_pad, bc_shift_pad=bc_pad))
+        start = StartPolicyConfig(
+            bc=BCConfig(demos=2, epochs=2, difficulty=1.0, shift_pad=bc_pad),
+            state_pretrain=StatePretrainConfig(episodes=3, epochs=2, shift_pad=pretrain_pad))
+        policy, metrics = cloned_start_policy("reach", options, config, start, Seeds(0, 0),
+                                              progress=False, demo_dir=tmp_path)
         assert math.isfinite(metrics["pretrain/val_r2"])
         return policy
 
@@ -344,9 +346,8 @@ def clone_reach(demo_dir: Path, device: str = "cpu", **options):
     return cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 40, **options},
         MLPConfig(use_instruction=True, hidden=16),
-        CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=demo_dir, progress=False,
-                     device=device),
-    )
+        StartPolicyConfig(bc=BCConfig(demos=2, epochs=1, difficulty=0.0)), Seeds(0, 0),
+        device=device, progress=False, demo_dir=demo_dir)
 
 
 def test_demo_cache_is_keyed_by_every_env_option(tmp_path):

@@ -16,13 +16,14 @@ import torch
 
 import tasks
 from harness import config as harness_config
-from harness.bc import pretrain_bc, split_by_episode
+from harness.config import BCConfig, Seeds, StartPolicyConfig
 from harness.config.errors import ConfigError
 from harness.demos import collect_demos, demo_cache_dir, load_demos, rebuild_env
 from harness.export import export_onnx, sample_observations
 from harness.policies import load_policy, make, obs_to_batch, save_policy
 from harness.policies.mlp import MLPConfig
-from harness.start_policy import CloneOptions, cloned_start_policy, demo_file
+from harness.start_policy import cloned_start_policy, demo_file
+from harness.start_policy.bc import pretrain_bc, split_by_episode
 
 torch.set_num_threads(1)
 
@@ -82,8 +83,8 @@ def test_noisy_demos_are_cached_apart_and_named_by_their_noise(tmp_path):
     policy, metrics = cloned_start_policy(
         "reach", {"obs_mode": "state", "max_episode_steps": 30},
         MLPConfig(use_instruction=True, hidden=16),
-        CloneOptions(demos=2, epochs=1, difficulty=0.0, demo_dir=tmp_path, progress=False,
-                     noise=0.4))
+        StartPolicyConfig(bc=BCConfig(demos=2, epochs=1, difficulty=0.0, noise=0.4)),
+        Seeds(0, 0), progress=False, demo_dir=tmp_path)
     assert "_dart0.4_" in metrics["bc/demo_file"]
     assert load_demos(metrics["bc/demo_file"]).env_args["collection"]["label"] == "expert"
 
@@ -95,8 +96,8 @@ def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
         return cloned_start_policy(
             "reach", {"obs_mode": "state", "max_episode_steps": 30},
             MLPConfig(use_instruction=True, hidden=16),
-            CloneOptions(demos=6, epochs=8, difficulty=0.0, demo_dir=tmp_path, progress=False,
-                         bc_lr=0.05, bc_keep=keep))
+            StartPolicyConfig(bc=BCConfig(demos=6, epochs=8, difficulty=0.0, lr=0.05, keep=keep)),
+            Seeds(0, 0), progress=False, demo_dir=tmp_path)
 
     (best_policy, best), (last_policy, last) = clone("best_val_loss"), clone("last")
     assert best["bc/best_epoch"] < 8 and best["bc/kept_epoch"] == best["bc/best_epoch"]
@@ -109,19 +110,25 @@ def test_bc_keep_hands_on_the_best_validation_epoch_or_the_last(tmp_path):
                                                      strict=True))
 
 
-def test_clone_options_refuse_bad_values_by_name():
-    with pytest.raises(ValueError, match="demos=-1; must be >= 0"):
-        CloneOptions(demos=-1, epochs=1, difficulty=0.0)
-    with pytest.raises(ValueError, match="demos=0 and no dataset"):
-        CloneOptions(demos=0, epochs=1, difficulty=0.0)
-    with pytest.raises(ValueError, match="epochs=0; must be >= 1"):
-        CloneOptions(demos=2, epochs=0, difficulty=0.0)
-    with pytest.raises(ValueError, match="bc_shift_pad=-2"):
-        CloneOptions(demos=2, epochs=1, difficulty=0.0, bc_shift_pad=-2)
-    with pytest.raises(ValueError, match="bc_keep='best'; choose one of"):
-        CloneOptions(demos=2, epochs=1, difficulty=0.0, bc_keep="best")
+def test_start_policy_options_refuse_bad_values_by_name(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=r"algo.start_policy.bc.demos=-1; must be >= 0"):
+        BCConfig(demos=-1)
+    with pytest.raises(ConfigError, match=r"algo.start_policy.bc.epochs=0; must be >= 1"):
+        BCConfig(demos=2, epochs=0)
+    with pytest.raises(ConfigError, match=r"algo.start_policy.bc.shift_pad=-2"):
+        BCConfig(demos=2, shift_pad=-2)
+    with pytest.raises(ConfigError, match="algo.start_policy.bc.keep='best'; choose one of"):
+        BCConfig(demos=2, keep="best")
+    options, mlp = {"obs_mode": "state", "max_episode_steps": 30}, MLPConfig(hidden=16)
+    with pytest.raises(ValueError, match="bc.demos=0 and no dataset: nothing to clone"):
+        cloned_start_policy("reach", options, mlp, StartPolicyConfig(), Seeds(0, 0),
+                            progress=False, demo_dir=tmp_path)
     # demos are cached in the one cache folder unless a run names another
-    assert CloneOptions(demos=2, epochs=1, difficulty=0.0).demo_dir == demo_cache_dir()
+    monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
+    _, metrics = cloned_start_policy("reach", options, mlp,
+                                     StartPolicyConfig(bc=BCConfig(demos=1, epochs=1)),
+                                     Seeds(0, 0), progress=False)
+    assert Path(metrics["bc/demo_file"]).parent == demo_cache_dir()
 
 
 def test_demos_of_an_older_task_version_are_not_reused(tmp_path, monkeypatch):
@@ -196,33 +203,38 @@ def test_the_normaliser_is_saved_reloaded_and_exported(dart_demos, tmp_path):
 
 def test_bad_options_are_refused_by_name(tmp_path):
     base = ["task=push", "algo=grpo", "policy=mlp"]
-    with pytest.raises(ConfigError, match="algo.bc_noise=-0.1; must be >= 0"):
-        harness_config.compose([*base, "algo.bc_noise=-0.1"])
+    with pytest.raises(ConfigError, match="algo.start_policy.bc.noise=-0.1; must be >= 0"):
+        harness_config.compose([*base, "algo.start_policy.bc.noise=-0.1"])
     with pytest.raises(ConfigError, match="policy.normalize_state=true is read by the group"):
         harness_config.compose(["task=push", "algo=ppo", "policy=mlp",
                                 "policy.normalize_state=true"])
-    with pytest.raises(ConfigError, match="algo.bc_noise=0.5 shapes the demos"):
-        harness_config.compose([*base, "algo.bc_noise=0.5"])  # no algo.bc_demos
-    with pytest.raises(ConfigError, match="algo.bc_lr=0.0; must be > 0"):
-        harness_config.compose([*base, "algo.bc_lr=0.0"])
-    with pytest.raises(ConfigError, match="algo.bc_keep='best'; choose one of"):
-        harness_config.compose([*base, "algo.bc_keep=best"])
-    for key, value in (("state_pretrain_shift_pad", -1), ("bc_shift_pad", -4)):
+    with pytest.raises(ConfigError, match="algo.start_policy.bc.noise=0.5 shapes the demos"):
+        harness_config.compose([*base,
+                                "algo.start_policy.bc.noise=0.5"])  # no algo.start_policy.bc.demos
+    with pytest.raises(ConfigError, match="algo.start_policy.bc.lr=0.0; must be > 0"):
+        harness_config.compose([*base, "algo.start_policy.bc.lr=0.0"])
+    with pytest.raises(ConfigError, match="algo.start_policy.bc.keep='best'; choose one of"):
+        harness_config.compose([*base, "algo.start_policy.bc.keep=best"])
+    for key, value in (("start_policy.state_pretrain.shift_pad", -1),
+                       ("start_policy.bc.shift_pad", -4)):
         with pytest.raises(ConfigError, match=f"algo.{key}={value}; must be >= 0"):
             harness_config.compose([*base, f"algo.{key}={value}"])
-    cfg = harness_config.compose([*base, "policy.normalize_state=true", "algo.bc_noise=0.5",
-                                  "algo.bc_demos=5"])
-    with pytest.raises(ConfigError, match="algo.init_policy='missing.pt': no such file"):
-        harness_config.compose([*base, "algo.init_policy=missing.pt"])
+    cfg = harness_config.compose([*base, "policy.normalize_state=true",
+                                  "algo.start_policy.bc.noise=0.5",
+                                  "algo.start_policy.bc.demos=5"])
+    with pytest.raises(ConfigError, match="algo.start_policy.file='missing.pt': no such file"):
+        harness_config.compose([*base, "algo.start_policy.file=missing.pt"])
     # an arm loading another arm's saved start keeps the experiment's (unused) BC options
     (tmp_path / "start_policy.pt").write_bytes(b"")
-    harness_config.compose([*base, "algo.bc_noise=0.5", "algo.bc_demos=5",
-                            f"algo.init_policy={tmp_path / 'start_policy.pt'}"])
-    assert cfg.policy.normalize_state and cfg.algo.bc_noise == 0.5
+    harness_config.compose([*base, "algo.start_policy.bc.noise=0.5",
+                            "algo.start_policy.bc.demos=5",
+                            f"algo.start_policy.file={tmp_path / 'start_policy.pt'}"])
+    assert cfg.policy.normalize_state and cfg.algo.start_policy.bc.noise == 0.5
     # today's recipe unless switched on: BC shifts pixels by up to 4, pretraining does not
-    assert (cfg.algo.bc_shift_pad, cfg.algo.state_pretrain_shift_pad) == (4, 0)
-    assert cfg.algo.bc_lr == 3e-3  # pretrain_bc's own default
-    assert cfg.algo.bc_keep == "last"  # likewise
+    assert (cfg.algo.start_policy.bc.shift_pad,
+            cfg.algo.start_policy.state_pretrain.shift_pad) == (4, 0)
+    assert cfg.algo.start_policy.bc.lr == 3e-3  # pretrain_bc's own default
+    assert cfg.algo.start_policy.bc.keep == "last"  # likewise
 
 
 def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path):

@@ -121,8 +121,8 @@ def test_a_chunked_run_trains_end_to_end_and_evaluates_in_chunks(tmp_path, monke
     from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    config = harness_config.compose([*FAST, "algo.iterations=2", "algo.bc_demos=4",
-                                     "algo.bc_epochs=20"])
+    config = harness_config.compose([*FAST, "algo.iterations=2", "algo.start_policy.bc.demos=4",
+                                     "algo.start_policy.bc.epochs=20"])
     summary = trainers.train(config, tmp_path / "run")
     metrics = read_metrics(tmp_path / "run" / "metrics.csv")
     assert max(v for _, v in metrics["train/grad_norm"]) > 0, "no group had signal"

@@ -13,7 +13,6 @@ from gymnasium import spaces
 from torch.nn import functional as F
 
 from harness.algos.group_update import attempt_tensor
-from harness.bc import bc_targets, pretrain_bc
 from harness.config.errors import ConfigError
 from harness.demos import Demos
 from harness.policies import (
@@ -29,6 +28,7 @@ from harness.policies.chunks import chunk_targets, executed_token_mask
 from harness.policies.heads.tokens import token_cross_entropy
 from harness.policies.mlp import MLPConfig
 from harness.policies.tiny_vla import TinyVLAConfig
+from harness.start_policy.bc import bc_targets, pretrain_bc
 
 torch.set_num_threads(1)
 
@@ -204,7 +204,7 @@ def test_a_start_policy_with_other_chunks_is_refused_by_name():
 
     held = _policy(chunk_size=4, execute_steps=2)
     check_start_policy(held, MLPConfig(chunk_size=4, execute_steps=2), "a.pt")
-    wanted = r"init_policy=a.pt holds a policy with .*'chunk_size': 4.*this run's .*'chunk_size': 1"
+    wanted = r"file=a.pt holds a policy with .*'chunk_size': 4.*this run's .*'chunk_size': 1"
     with pytest.raises(ValueError, match=wanted):
         check_start_policy(held, MLPConfig(), "a.pt")
     with pytest.raises(ValueError, match="'kind': 'tiny_vla'"):

@@ -177,11 +177,11 @@ def test_main_job_config_is_the_experiment_and_main_py_prints_the_same():
         ("push", "tiny_vla", "grpo")
     assert (job["task"]["difficulty"], job["task"]["obs_mode"], job["task"]["physics"]) == \
         (1.0, "pixels", "fast")
-    assert job["max_minutes"] == 40 and job["algo"]["bc_demos"] == 200
+    assert job["max_minutes"] == 40 and job["algo"]["start_policy"]["bc"]["demos"] == 200
     # The main job until 2026-12-05 keeps its settings under its own name.
     easy = yaml.safe_load(run("train", "+experiment=push_easy_pixels", "--cfg", "job").stdout)
-    assert (easy["task"]["difficulty"], easy["algo"]["iterations"], easy["algo"]["bc_demos"]) == \
-        (0.0, 360, 20)
+    assert (easy["task"]["difficulty"], easy["algo"]["iterations"],
+            easy["algo"]["start_policy"]["bc"]["demos"]) == (0.0, 360, 20)
     assert run("main", "--cfg", "job").stdout == config
     overridden = yaml.safe_load(run("main", "seed=1", "algo.iterations=50", "--cfg", "job").stdout)
     assert (overridden["seed"], overridden["algo"]["iterations"]) == (1, 50)

@@ -279,7 +279,8 @@ def test_checkpoint_metadata_holds_what_sb3_rebuilds_its_network_from(overrides,
      (["curriculum=success_band", "curriculum.low=0.9"], ["curriculum", "low"]),
      (["algo=grpo", "algo.aggregation=sum"], ["algo.aggregation='sum'", "token_sum_const"]),
      (["algo=rloo", "algo.zero_signal=skip"], ["skip", "resample"]),
-     (["algo=grpo", "algo.bc_difficulty=1.5"], ["algo.bc_difficulty=1.5", "[0, 1]"]),
+     (["algo=grpo", "algo.start_policy.bc.difficulty=1.5"], ["algo.start_policy.bc.difficulty=1.5",
+                                                             "[0, 1]"]),
      (["eval.difficulties=[0.5,2.0]"], ["eval.difficulties", "2.0"]),
      (["algo.name=sac"], ["sac", "ppo", "trpo"])],
 )
@@ -358,28 +359,32 @@ def test_each_experiment_file_composes_and_validates(experiment):
 def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     """docs/results.md's pixel push figures: 200 DART demos, 4 instruction keypoints, 150 GRPO
     iterations of 8 groups of 16 attempts from resets on fast physics, 30 BC epochs keeping the
-    best on validation (the control only changes ``algo.start_states``; the 110-iteration rows
-    name ``algo.iterations=110``, the rows before 2026-12-04 ``algo.bc_epochs=15
-    algo.bc_keep=last``, those before 2026-12-05 ``algo.group_size=8 algo.num_start_states=16``)."""
+    best on validation (the control only changes ``algo.starts.source``; the 110-iteration rows
+    name ``algo.iterations=110``, the rows before 2026-12-04 ``algo.start_policy.bc.epochs=15
+    algo.start_policy.bc.keep=last``, those before 2026-12-05 ``algo.group_size=8
+    algo.num_start_states=16``)."""
     config = compose(["+experiment=push_full_pixels"])
     algo = config.algo
     assert (config.task.obs_mode, config.task.difficulty, config.task.physics) == \
         ("pixels", 1.0, "fast")
     assert config.policy.instruction_keypoints == 4
-    assert (algo.bc_demos, algo.bc_epochs, algo.bc_lr, algo.bc_noise) == (200, 30, 1e-3, 0.5)
-    assert algo.bc_keep == "best_val_loss"
-    assert (algo.start_states, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
+    assert (algo.start_policy.bc.demos, algo.start_policy.bc.epochs, algo.start_policy.bc.lr,
+            algo.start_policy.bc.noise) == (200, 30, 1e-3, 0.5)
+    assert algo.start_policy.bc.keep == "best_val_loss"
+    assert (algo.starts.source, algo.iterations, algo.learning_rate) == ("reset", 150, 1e-3)
     assert (algo.group_size, algo.num_start_states) == (16, 8)
-    control = compose(["+experiment=push_full_pixels", "algo.start_states=demo"]).algo
-    assert (control.start_states, control.start_demos) == ("demo", 20)
+    control = compose(["+experiment=push_full_pixels", "algo.starts.source=demo"]).algo
+    assert (control.starts.source, control.starts.demos) == ("demo", 20)
+    assert control.starts.shares == {"reset": 0.25, "demo": 0.75, "replay": 0.0}
 
 
 def test_tiny_vla_reach_is_hf_vla_reach_with_another_policy():
     """docs/vla.md compares the two on the same task, budget and group settings: only the
     policy and the start recipe that the hf_vla command line sets differ."""
     tiny = compose(["+experiment=tiny_vla_reach"])
-    hf = compose(["+experiment=hf_vla_reach", "algo.bc_demos=300", "algo.bc_noise=0.5",
-                  "algo.state_pretrain_episodes=200"])
+    hf = compose(["+experiment=hf_vla_reach", "algo.start_policy.bc.demos=300",
+                  "algo.start_policy.bc.noise=0.5",
+                  "algo.start_policy.state_pretrain.episodes=200"])
     assert (tiny.policy.name, hf.policy.name) == ("tiny_vla", "hf_vla")
     for part in ("task", "algo", "eval"):
         assert getattr(tiny, part) == getattr(hf, part), part

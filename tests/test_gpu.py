@@ -133,7 +133,8 @@ def test_group_trainer_runs_hf_vla(tmp_path, monkeypatch, device, mode, dtype):
         "task=reach", "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=6",
         "task.difficulty=0.2", "policy=hf_vla", "policy.model=tiny:paligemma",
         f"policy.dtype={dtype}", "algo=grpo", f"device={device}", f"algo.rollout.mode={mode}",
-        "algo.workers=2", "algo.bc_demos=2", "algo.bc_epochs=2", "algo.num_start_states=2",
+        "algo.workers=2", "algo.start_policy.bc.demos=2", "algo.start_policy.bc.epochs=2",
+        "algo.num_start_states=2",
         "algo.group_size=4", "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
     assert summary["iterations"] == 2 and summary["device"] == device
@@ -153,7 +154,8 @@ def test_group_trainer_runs_the_small_policies(tmp_path, monkeypatch, policy, de
     cfg = harness_config.compose([
         "task=reach", f"task.obs_mode={obs_mode}", "task.image_size=32",
         "task.max_episode_steps=10", f"policy={policy}", "algo=grpo", f"device={device}",
-        "algo.bc_demos=2", "algo.bc_epochs=2", "algo.num_start_states=2", "algo.group_size=4",
+        "algo.start_policy.bc.demos=2", "algo.start_policy.bc.epochs=2", "algo.num_start_states=2",
+        "algo.group_size=4",
         "algo.minibatch_size=8", "algo.iterations=2", *QUIET])
     summary = trainers.train(cfg, tmp_path / "run")
     assert summary["iterations"] == 2 and summary["device"] == device

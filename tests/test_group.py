@@ -31,10 +31,10 @@ def weak_bc_policy(tmp_path_factory):
     """An MLP token policy cloned from 30 expert demos at difficulty 1 for 120 epochs: weak, not
     hopeless (its sampled attempts succeed about half the time there)."""
     import tasks
-    from harness.bc import pretrain_bc
     from harness.demos import collect_demos, load_demos
     from harness.policies import make, save_policy
     from harness.policies.mlp import MLPConfig
+    from harness.start_policy.bc import pretrain_bc
 
     folder = tmp_path_factory.mktemp("bc")
     collect_demos(folder / "demos.hdf5", "reach", 30, obs_mode="state", difficulty=1.0,
@@ -50,7 +50,7 @@ def weak_bc_policy(tmp_path_factory):
 
 def test_fine_tuning_raises_success_from_a_weak_start(tmp_path, weak_bc_policy):
     summary, metrics = train(tmp_path, "run", "algo.iterations=60", "task.difficulty=1.0",
-                             f"algo.init_policy={weak_bc_policy}")
+                             f"algo.start_policy.file={weak_bc_policy}")
     success = [value for _, value in metrics["rollout/success_rate"]]
     # 180 attempts at first, 360 at the end: a window of five iterations swings by 0.1 or more
     # from one to the next (0.54 -> 0.62 after 40 iterations on one processor, 0.86 after 80)
@@ -78,7 +78,7 @@ def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak
     policy away from its (frozen) reference, and the checkpoint holds both."""
     extra = ["algo.beta=0.05", "algo.zero_signal=resample"] if algo == "critic" else []
     summary, metrics = train(tmp_path, algo, f"algo={algo}", "algo.iterations=2",
-                             f"algo.init_policy={weak_bc_policy}", *extra)
+                             f"algo.start_policy.file={weak_bc_policy}", *extra)
     state = torch.load(tmp_path / algo / "checkpoints" / "latest.pt", weights_only=True)
     tuned, start = state["trainer"]["policy"], state["trainer"]["reference"]
     assert any(not torch.equal(tuned[k], start[k]) for k in tuned), "the policy never moved"
@@ -90,14 +90,15 @@ def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak
 
 def test_a_run_started_from_the_saved_start_policy_plays_the_same_run(tmp_path, monkeypatch):
     """A cloned start is kept as ``start_policy.pt``; an ablation arm that loads it through
-    ``algo.init_policy`` skips the cloning and plays exactly the run that wrote it."""
+    ``algo.start_policy.file`` skips the cloning and plays exactly the run that wrote it."""
     monkeypatch.chdir(tmp_path)  # the demo cache (HARNESS_DATA) lands here
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.bc_demos=10",
-                          "algo.bc_epochs=100")
+    cloned, first = train(tmp_path, "cloned", "algo.iterations=2", "algo.start_policy.bc.demos=10",
+                          "algo.start_policy.bc.epochs=100")
     saved = tmp_path / "cloned" / "start_policy.pt"
     assert cloned["start_policy"] == str(saved) and saved.is_file()
-    reused, second = train(tmp_path, "reused", "algo.iterations=2", f"algo.init_policy={saved}")
+    reused, second = train(tmp_path, "reused", "algo.iterations=2",
+                           f"algo.start_policy.file={saved}")
     assert reused["start_policy"] == str(saved)
     assert not (tmp_path / "reused" / "start_policy.pt").exists()
     assert "bc/train_loss" in first and "bc/train_loss" not in second  # no second cloning
@@ -133,7 +134,7 @@ def test_init_policy_of_another_observation_shape_is_refused(tmp_path):
     other = make(MLPConfig(use_instruction=True, hidden=32), tasks.make("push").observation_space)
     save_policy(tmp_path / "push_policy.pt", other)
     with pytest.raises(ValueError, match="shape|match"):
-        train(tmp_path, "bad", f"algo.init_policy={tmp_path / 'push_policy.pt'}",
+        train(tmp_path, "bad", f"algo.start_policy.file={tmp_path / 'push_policy.pt'}",
               "algo.iterations=1")
 
 
@@ -151,8 +152,9 @@ def test_main_job_runs_end_to_end_on_a_tiny_budget(tmp_path, monkeypatch, capsys
     main_script.main([
         "hydra.run.dir=run", "hydra/job_logging=none", "hydra/hydra_logging=none",
         "task=reach", "task.image_size=32",
-        "task.max_episode_steps=10", "algo.bc_demos=2", "algo.bc_epochs=2",
-        "algo.state_pretrain_episodes=3", "algo.state_pretrain_epochs=1",
+        "task.max_episode_steps=10", "algo.start_policy.bc.demos=2",
+        "algo.start_policy.bc.epochs=2",
+        "algo.start_policy.state_pretrain.episodes=3", "algo.start_policy.state_pretrain.epochs=1",
         "algo.num_start_states=2", "algo.group_size=2", "algo.workers=1",
         "algo.minibatch_size=4", "policy.hidden=16", "policy.conv_channels=[4,4]",
         "algo.iterations=1", "eval.final_episodes=3", "eval.episodes=4", "logger.videos=false",
@@ -189,7 +191,8 @@ def test_checkpoint_evaluates_the_fine_tuned_and_the_start_policy(tmp_path, weak
     sampled evaluation is seeded, so it repeats exactly."""
     from harness.checkpoints import evaluate_checkpoint
 
-    summary, _ = train(tmp_path, "run", "algo.iterations=3", f"algo.init_policy={weak_bc_policy}")
+    summary, _ = train(tmp_path, "run", "algo.iterations=3",
+                       f"algo.start_policy.file={weak_bc_policy}")
     latest = tmp_path / "run" / "checkpoints" / "latest.pt"
     final, _ = evaluate_checkpoint(latest, episodes=20)
     start, _ = evaluate_checkpoint(latest, episodes=20, reference=True)

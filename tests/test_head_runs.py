@@ -186,8 +186,9 @@ def test_a_head_run_clones_trains_saves_and_evaluates(head, tmp_path, monkeypatc
     from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    config = harness_config.compose([*_fast(head), "algo.iterations=2", "algo.bc_demos=4",
-                                     "algo.bc_epochs=10"])
+    config = harness_config.compose([*_fast(head), "algo.iterations=2",
+                                     "algo.start_policy.bc.demos=4",
+                                     "algo.start_policy.bc.epochs=10"])
     summary = trainers.train(config, tmp_path / "run")
     metrics = read_metrics(tmp_path / "run" / "metrics.csv")
     assert math.isfinite(metrics["bc/train_loss"][0][1])

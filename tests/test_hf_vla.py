@@ -275,7 +275,8 @@ def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     run = [sys.executable, str(ROOT / "scripts/train.py"), *PIXELS, "policy.model=tiny:idefics3",
            # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
-           "task.max_episode_steps=6", "task.difficulty=0.2", "algo.bc_demos=2", "algo.bc_epochs=2",
+           "task.max_episode_steps=6", "task.difficulty=0.2", "algo.start_policy.bc.demos=2",
+           "algo.start_policy.bc.epochs=2",
            "algo.num_start_states=2", "algo.group_size=2", "algo.minibatch_size=4",
            "algo.iterations=2", "eval.every_steps=0", "eval.final_episodes=2",
            "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",

@@ -461,7 +461,7 @@ def test_study_script_on_a_tiny_budget_writes_its_table_and_figure(tmp_path):
     figure = study.main(["--out", str(tmp_path), "--sigmas-mm", "0", "5", "--algos", "grpo",
                          "--iterations", "2", "--final-episodes", "2",
                          "--probe-starts", "1", "--probe-repeats", "2",
-                         "--override", "algo.bc_demos=0", "algo.group_size=2",
+                         "--override", "algo.start_policy.bc.demos=0", "algo.group_size=2",
                          "algo.num_start_states=2", "algo.minibatch_size=4"])
     assert figure.exists() and figure.stat().st_size > 0
     rows = (tmp_path / "study.csv").read_text().splitlines()

@@ -278,7 +278,7 @@ def test_training_options_must_be_finite_and_in_range(override, match):
     ("algo.group_size=1000000000", "algo.group_size=1000000000; must be >= 1 and <= 1000000"),
     ("algo.num_start_states=1000000000", "algo.num_start_states=1000000000; must be"),
     ("algo.minibatch_size=1000000000", "algo.minibatch_size=1000000000; must be"),
-    ("algo.bc_epochs=1000000000", "algo.bc_epochs=1000000000; must be"),
+    ("algo.start_policy.bc.epochs=1000000000", "algo.start_policy.bc.epochs=1000000000; must be"),
     ("algo.group_size=200000", "algo.group_size x algo.num_start_states=1600000; must be"),
     ("algo.workers=100000", "algo.workers=100000; must be >= 1 and <= "),
     ("torch_threads=100000", "torch_threads=100000; must be >= 1 and <= "),
@@ -522,20 +522,20 @@ def test_a_damaged_dataset_is_refused_at_config_load_naming_file_and_field(
         lerobot_folder, tmp_path, edit, where, match):
     import shutil
 
-    from harness.config import GroupAlgoConfig
+    from harness.config import StartPolicyConfig
     from harness.lerobot import load_lerobot
 
     folder = Path(shutil.copytree(lerobot_folder, tmp_path / "reach"))
     edit(folder)
-    with pytest.raises(ConfigError, match=f"algo.bc_dataset=.*{where}.*{match}"):
-        GroupAlgoConfig(name="grpo", bc_dataset=str(folder))
+    with pytest.raises(ConfigError, match=f"algo.start_policy.dataset=.*{where}.*{match}"):
+        StartPolicyConfig(dataset=str(folder))
     with pytest.raises(ValueError, match=match):
         load_lerobot(folder)
 
 
 def test_a_good_dataset_passes_every_check(lerobot_folder):
-    from harness.config import GroupAlgoConfig
+    from harness.config import StartPolicyConfig
     from harness.lerobot import validate_dataset
 
     assert validate_dataset(lerobot_folder)["total_episodes"] == 2
-    assert GroupAlgoConfig(name="grpo", bc_dataset=str(lerobot_folder)).bc_dataset
+    assert StartPolicyConfig(dataset=str(lerobot_folder)).dataset

@@ -42,10 +42,7 @@ FLOORS: dict[str, int] = {
     "harness.wandb_run": 2,
     "harness.config.*": 2,  # the schema: checks, and builds none of a run's objects
     "harness.runs": 4,
-    "harness.bc": 4,
-    "harness.bc_validation": 4,
-    "harness.start_policy": 4,
-    "harness.state_pretraining": 4,
+    "harness.start_policy.*": 4,
     "harness.algos.*": 5,
     "harness.checkpoints": 6,
     "harness.report.*": 6,

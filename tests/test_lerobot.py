@@ -27,13 +27,13 @@ import torch
 
 from harness import config as harness_config
 from harness import trainers
-from harness.config import ConfigError, GroupAlgoConfig
+from harness.config import BCConfig, ConfigError, GroupAlgoConfig, Seeds, StartPolicyConfig
 from harness.demos import collect_demos, load_demos
 from harness.lerobot import export_lerobot, load_lerobot, read_info
 from harness.lerobot.video import decode_video
 from harness.policies.mlp import MLPConfig
 from harness.policies.tiny_vla import TinyVLAConfig
-from harness.start_policy import CloneOptions, cloned_start_policy
+from harness.start_policy import cloned_start_policy
 
 torch.set_num_threads(1)
 
@@ -247,8 +247,8 @@ def test_stats_json_matches_the_data(pixel_demos, exported):
 def test_bc_clones_a_pixel_policy_from_a_dataset_folder(exported, tmp_path):
     policy, metrics = cloned_start_policy(
         "push", PIXEL_OPTIONS, TinyVLAConfig(hidden=16, conv_channels=[4]),
-        CloneOptions(demos=0, epochs=3, difficulty=0.0, demo_dir=tmp_path, progress=False,
-                     dataset=exported))
+        StartPolicyConfig(dataset=str(exported), bc=BCConfig(epochs=3, difficulty=0.0)),
+        Seeds(0, 0), progress=False, demo_dir=tmp_path)
     assert metrics["bc/dataset"] == str(exported) and "bc/demo_file" not in metrics
     assert math.isfinite(metrics["bc/train_loss"]) and metrics["bc/train_steps"] > 0
     assert not list(tmp_path.iterdir())  # nothing recorded
@@ -259,7 +259,8 @@ def test_training_app_starts_from_bc_on_a_dataset_folder(state_dataset, tmp_path
     config = harness_config.compose([
         "task=reach", "task.obs_mode=state", "task.max_episode_steps=25", "policy=mlp",
         "policy.hidden=16", "algo=grpo", "algo.group_size=2", "algo.num_start_states=2",
-        "algo.iterations=1", "algo.bc_epochs=2", f"algo.bc_dataset={state_dataset[1]}",
+        "algo.iterations=1", "algo.start_policy.bc.epochs=2",
+        f"algo.start_policy.dataset={state_dataset[1]}",
         "eval.every_steps=0", "eval.final_episodes=2", "logger.videos=false",
         "logger.tensorboard=false", "logger.progress_bar=false"])
     summary = trainers.train(config, tmp_path / "run")
@@ -276,19 +277,21 @@ def test_a_dataset_of_another_version_is_refused(exported, tmp_path):
     (folder / "meta/info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
     with pytest.raises(ValueError, match="codebase_version='v2.1'.*'v3.0'"):
         load_lerobot(folder)
-    with pytest.raises(ConfigError, match="algo.bc_dataset=.*codebase_version='v2.1'"):
-        GroupAlgoConfig(name="grpo", bc_dataset=str(folder))
+    with pytest.raises(ConfigError, match="algo.start_policy.dataset=.*codebase_version='v2.1'"):
+        GroupAlgoConfig(name="grpo", start_policy=StartPolicyConfig(dataset=str(folder)))
     with pytest.raises(ConfigError, match="not a LeRobot dataset"):
-        GroupAlgoConfig(name="grpo", bc_dataset=str(tmp_path))
+        GroupAlgoConfig(name="grpo", start_policy=StartPolicyConfig(dataset=str(tmp_path)))
     with pytest.raises(ConfigError, match="no LeRobot dataset folder"):
-        GroupAlgoConfig(name="grpo", bc_dataset=str(tmp_path / "absent"))
+        StartPolicyConfig(dataset=str(tmp_path / "absent"))
 
 
 def test_dataset_and_recorded_demos_are_exclusive(exported):
-    with pytest.raises(ConfigError, match="algo.bc_dataset=.*algo.bc_demos=5.*not both"):
-        harness_config.compose(["algo=grpo", "policy=mlp", "algo.bc_demos=5",
-                                f"algo.bc_dataset={exported}"])
-    assert GroupAlgoConfig(name="grpo", bc_dataset=str(exported)).bc_dataset == str(exported)
+    with pytest.raises(ConfigError,
+                       match="algo.start_policy.dataset=.*algo.start_policy.bc.demos=5.*not both"):
+        harness_config.compose(["algo=grpo", "policy=mlp", "algo.start_policy.bc.demos=5",
+                                f"algo.start_policy.dataset={exported}"])
+    config = GroupAlgoConfig(name="grpo", start_policy=StartPolicyConfig(dataset=str(exported)))
+    assert config.start_policy.dataset == str(exported)
 
 
 def test_a_dataset_without_what_the_task_observes_is_refused(exported, state_dataset,
@@ -296,8 +299,9 @@ def test_a_dataset_without_what_the_task_observes_is_refused(exported, state_dat
     mlp = MLPConfig(use_instruction=True, hidden=16)
     with pytest.raises(ValueError, match=r"lacks the feature\(s\) \['observation.images"):
         cloned_start_policy("reach", {"obs_mode": "pixels", "image_size": IMAGE}, mlp,
-                            CloneOptions(demos=0, epochs=1, difficulty=0.0, demo_dir=tmp_path,
-                                         progress=False, dataset=state_dataset[1]))
+                            StartPolicyConfig(dataset=str(state_dataset[1]),
+                                              bc=BCConfig(epochs=1, difficulty=0.0)),
+                            Seeds(0, 0), progress=False, demo_dir=tmp_path)
     with pytest.raises(ValueError, match=rf"{CAMERA} \(pixels\) has shape \(32, 32, 3\)"):
         load_lerobot(exported, shapes={"pixels": (48, 48, 3)})
     with pytest.raises(ValueError, match="no camera 'wrist'"):

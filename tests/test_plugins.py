@@ -94,7 +94,8 @@ PIXELS = ["task=reach", "task.obs_mode=pixels", "task.image_size=24", "task.diff
           "task.max_episode_steps=10", "policy=tiny_vla", "policy.hidden=16",
           "policy.conv_channels=[4,4]"]
 SMALL = ["algo.group_size=3", "algo.num_start_states=2", "algo.minibatch_size=3",
-         "algo.bc_demos=2", "algo.bc_epochs=2", "eval.every_steps=0", "eval.final_episodes=3",
+         "algo.start_policy.bc.demos=2", "algo.start_policy.bc.epochs=2", "eval.every_steps=0",
+         "eval.final_episodes=3",
          "eval.episodes=2", "logger=none"]
 OPERATIONAL = ("time/", "rollout/worker_restarts", "bc/seconds", "pretrain/seconds")
 

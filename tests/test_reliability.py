@@ -112,7 +112,7 @@ def check_training_after_kill(run_dir: Path, overrides: list[str], target: dict[
     check_metrics_whole(run_dir / "metrics.csv")
 
 
-@pytest.mark.parametrize("algo", [("algo=grpo",), ("algo=vla_ppo", "algo.critic=separate")])
+@pytest.mark.parametrize("algo", [("algo=grpo",), ("algo=vla_ppo", "algo.critic.network=separate")])
 def test_a_killed_group_run_resumes_whole(tmp_path, algo):
     run_dir = tmp_path / "group"
     overrides = [*GROUP, *algo]

@@ -333,7 +333,7 @@ def test_curriculum_ablation_composes_for_every_curriculum(experiment, task, bc_
     assert config.max_minutes is not None and config.total_timesteps is None
     assert config.algo.iterations <= 1000  # the budget of a group run
     # the easy-start variants clone on difficulty 0 and still train and evaluate at 1.0
-    assert config.algo.bc_difficulty == bc_difficulty
+    assert config.algo.start_policy.bc.difficulty == bc_difficulty
 
 
 def test_long_curriculum_ablation_changes_only_the_budget():
@@ -463,20 +463,21 @@ def test_reference_section_shows_hand_computed_numbers(tmp_path):
 
 
 def test_ignored_setting_does_not_split_arms(tmp_path):
-    # vla_ppo runs started from each seed's saved grpo start: algo.init_policy differs per seed
+    # vla_ppo runs started from each seed's saved grpo start: algo.start_policy.file differs per
+    # seed
     root = tmp_path / "sweep"
     for job, (algo, seed, final) in enumerate([("grpo", 0, 0.2), ("grpo", 1, 0.4),
                                                 ("vla_ppo", 0, 0.5), ("vla_ppo", 1, 0.3)]):
-        start = [] if algo == "grpo" else [f"algo.init_policy=/runs/grpo_s{seed}/start.pt"]
+        start = [] if algo == "grpo" else [f"algo.start_policy.file=/runs/grpo_s{seed}/start.pt"]
         write_run(root / f"{job}_{algo}_s{seed}", seed=seed, final=final, algo=algo,
                   overrides=[f"algo={algo}", f"seed={seed}", *start])
     split = sorted({run.arm for run in scan_runs(root)[0]})
-    assert len(split) == 3 and "algo=grpo, algo.init_policy=<default>" in split
-    assert sorted({run.arm for run in scan_runs(root, ignore=("algo.init_policy",))[0]}) == [
+    assert len(split) == 3 and "algo=grpo, algo.start_policy.file=<default>" in split
+    assert sorted({run.arm for run in scan_runs(root, ignore=("algo.start_policy.file",))[0]}) == [
         "algo=grpo", "algo=vla_ppo"]
     from harness.apps.report import main
 
-    assert main([str(root), "--ignore", "algo.init_policy", "--reps", str(REPS)]) == 0
+    assert main([str(root), "--ignore", "algo.start_policy.file", "--reps", str(REPS)]) == 0
     part = section((root / "report.md").read_text(), "Against the reference arm `algo=grpo`")
     assert rows_of(part, "`algo=vla_ppo`")[0][3:5] == ["+0.100 [-0.100, +0.300]", "1 / 0 / 1"]
 
@@ -505,14 +506,14 @@ def test_algo_comparison_gives_every_algorithm_the_same_budget_and_start(algo, e
     assert (config.algo.name, config.task.name, config.task.obs_mode, config.policy.name) == (
         algo, "push", obs_mode, policy)
     same = ("iterations", "group_size", "num_start_states", "learning_rate", "num_iterations",
-            "minibatch_size", "zero_signal", "bc_demos", "bc_epochs", "bc_noise", "demo_seed",
-            "start_states")
+            "minibatch_size", "zero_signal", "start_policy", "demo_seed", "starts")
     assert {k: getattr(config.algo, k) for k in same} == {
         k: getattr(reference.algo, k) for k in same}
     assert config.algo.zero_signal == "keep" and config.task.difficulty == 1.0
 
 
-@pytest.mark.parametrize("override", ["algo.bc_difficulty=1.0", "algo.bc_demos=0",
+@pytest.mark.parametrize("override", ["algo.start_policy.bc.difficulty=1.0",
+                                      "algo.start_policy.bc.demos=0",
                                       "policy/head=gaussian", "algo=vla_ppo"])
 def test_reach_diagnosis_changes_one_factor(override):
     base = harness_config.compose(["+experiment=reach_diagnosis"])

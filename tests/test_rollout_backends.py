@@ -258,7 +258,7 @@ def test_bad_rollout_settings_are_refused_at_load(override, message):
 
 def test_replay_starts_give_the_same_run_in_every_mode(tmp_path):
     """Captured near-miss states travel back from the workers the same way in every mode."""
-    replay = ("algo.start_states=replay", "algo.replay_every=3")
+    replay = ("algo.starts.source=replay", "algo.starts.replay_every=3")
     one = run(tmp_path, "one", "algo.workers=1", *replay)
     assert one["starts/replay_buffer"][-1][1] > 0
     assert run(tmp_path, "two", "algo.workers=2", *replay) == one

@@ -261,8 +261,8 @@ def test_a_dataset_naming_files_outside_its_folder_is_refused_at_config_load(
 
     folder = Path(shutil.copytree(dataset, tmp_path / "reach", symlinks=True))
     edit(folder, dataset.parent / "outside")
-    config = [*GROUP, "algo.bc_epochs=1", f"algo.bc_dataset={folder}"]
-    with pytest.raises(ConfigError, match=f"algo.bc_dataset=.*{re.escape(match)}"
+    config = [*GROUP, "algo.start_policy.bc.epochs=1", f"algo.start_policy.dataset={folder}"]
+    with pytest.raises(ConfigError, match=f"algo.start_policy.dataset=.*{re.escape(match)}"
                        .replace(r"\.\*", ".*")):
         compose(config)
     with pytest.raises(ValueError, match=re.escape(match).replace(r"\.\*", ".*")):

@@ -159,7 +159,7 @@ def test_a_smolvla_run_clones_trains_saves_and_resumes(tmp_path, monkeypatch):
     from harness.algos.group_checkpoints import read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    extra = ["algo.bc_demos=2", "algo.bc_epochs=2"]
+    extra = ["algo.start_policy.bc.demos=2", "algo.start_policy.bc.epochs=2"]
     straight = _run(tmp_path, "straight", *extra, "algo.iterations=3")
     assert math.isfinite(straight["bc/train_loss"][0][1])
     assert math.isfinite(straight["bc/val_action_error"][0][1])
@@ -311,7 +311,8 @@ def lora_run(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HARNESS_DATA", str(folder / "data"))
         trainers.train(harness_config.compose([
-            *FAST, "policy.lora_rank=4", "algo.bc_demos=2", "algo.bc_epochs=1",
+            *FAST, "policy.lora_rank=4", "algo.start_policy.bc.demos=2",
+            "algo.start_policy.bc.epochs=1",
             "algo.iterations=1", "eval.final_episodes=2"]), folder / "run")
     return folder / "run"
 

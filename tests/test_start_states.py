@@ -78,7 +78,7 @@ def test_the_demo_offset_moves_back_on_success_and_not_on_failure(demo_path):
     """The frontier of the fraction remaining moves from the first bin only when success at
     the frontier passes the band's upper edge."""
     demos = load_demo_snapshots(demo_path)
-    options = ["algo.start_states=demo", "algo.demo_curriculum.min_obs=8"]
+    options = ["algo.starts.source=demo", "algo.starts.curriculum.min_obs=8"]
     failing, winning = _starts(*options, demos=demos), _starts(*options, demos=demos)
     for starts, outcome in ((failing, 0.0), (winning, 1.0)):
         counter = 0
@@ -92,7 +92,7 @@ def test_the_demo_offset_moves_back_on_success_and_not_on_failure(demo_path):
 
 def test_demo_starts_near_the_end_are_a_few_steps_from_success(demo_path):
     demos = load_demo_snapshots(demo_path)
-    starts = _starts("algo.start_states=demo", "algo.start_weights={demo: 1.0}", demos=demos)
+    starts = _starts("algo.starts.source=demo", "algo.starts.weights={demo: 1.0}", demos=demos)
     env = tasks.make("reach", obs_mode="state", max_episode_steps=20)
     counter = 0
     for _ in range(5):
@@ -104,7 +104,7 @@ def test_demo_starts_near_the_end_are_a_few_steps_from_success(demo_path):
 
 
 def test_the_replay_buffer_is_bounded_and_keeps_failures_only():
-    starts = _starts("algo.start_states=replay", "algo.replay_buffer=5")
+    starts = _starts("algo.starts.source=replay", "algo.starts.replay_buffer=5")
     env = tasks.make("reach", obs_mode="state", max_episode_steps=20)
     env.reset(seed=0)
     data = tasks.snapshot_to_bytes(env.snapshot())
@@ -113,7 +113,7 @@ def test_the_replay_buffer_is_bounded_and_keeps_failures_only():
     starts.add_replays([data, None], np.array([True, False]), np.full(2, 0.5))
     assert len(starts.replay) == 5
     state = starts.state_dict()
-    again = _starts("algo.start_states=replay", "algo.replay_buffer=5")
+    again = _starts("algo.starts.source=replay", "algo.starts.replay_buffer=5")
     again.load_state_dict(state)
     assert list(again.replay) == list(starts.replay)
 
@@ -129,8 +129,8 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
     monkeypatch.chdir(tmp_path)  # the start demos are cached under HARNESS_DATA
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     reset, _ = _run(tmp_path, "reset")
-    mixed, metrics = _run(tmp_path, "mix", "algo.start_states=mix", "algo.start_demos=3",
-                          "algo.replay_every=2")
+    mixed, metrics = _run(tmp_path, "mix", "algo.starts.source=mix", "algo.starts.demos=3",
+                          "algo.starts.replay_every=2")
     assert mixed["start_states"]["sources"] == "mix"
     for key in ("starts/share_reset", "starts/share_demo", "starts/share_replay",
                 "starts/demo_remaining", "starts/replay_buffer"):
@@ -152,9 +152,9 @@ def test_replay_and_demo_runs_log_their_sources_and_leave_evaluation_alone(tmp_p
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo.start_states=demos", "algo.start_states='demos'"),
-    ("algo.start_weights={reset: -1, demo: 1}", "weights must be >= 0"),
-    ("algo.replay_buffer=0", "algo.replay_buffer=0"),
+    ("algo.starts.source=demos", "algo.starts.source='demos'"),
+    ("algo.starts.weights={reset: -1, demo: 1}", "weights must be >= 0"),
+    ("algo.starts.replay_buffer=0", "algo.starts.replay_buffer=0"),
 ])
 def test_bad_start_settings_are_refused_at_load(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -165,5 +165,5 @@ def test_an_unknown_start_source_is_named_by_hydra():
     from hydra.errors import ConfigCompositionException
 
     with pytest.raises(ConfigCompositionException) as error:
-        harness_config.compose([*FAST, "algo.start_weights={reset: 1, expert: 1}"])
+        harness_config.compose([*FAST, "algo.starts.weights={reset: 1, expert: 1}"])
     assert "expert" in str(error.value.__cause__)

@@ -207,10 +207,10 @@ def test_zero_signal_is_the_estimators_own(algo, rewards, signal):
 def cloned_policy(tmp_path_factory):
     """An MLP token policy cloned on 20 expert demos of reach at difficulty 0: it succeeds
     often enough that some groups are all successes."""
-    from harness.bc import pretrain_bc
     from harness.demos import collect_demos, load_demos
     from harness.policies import make, save_policy
     from harness.policies.mlp import MLPConfig
+    from harness.start_policy.bc import pretrain_bc
 
     folder = tmp_path_factory.mktemp("bc")
     collect_demos(folder / "demos.hdf5", "reach", 20, obs_mode="state", difficulty=0.0,
@@ -229,7 +229,7 @@ def test_drop_keeps_all_success_groups_for_reinforce(tmp_path, cloned_policy):
     keep it (the all-equal rule dropped every such group); all-failed groups are dropped."""
     _, metrics = train(tmp_path, "run", "algo=reinforce", "algo.zero_signal=drop",
                        "algo.iterations=3", "task.difficulty=0.0", "seed=1",
-                       f"algo.init_policy={cloned_policy}")
+                       f"algo.start_policy.file={cloned_policy}")
     success = np.array([v for _, v in metrics["rollout/success_rate"]])
     signal = np.array([v for _, v in metrics["rollout/signal_fraction"]])
     mixed = np.array([v for _, v in metrics["rollout/mixed_outcome_fraction"]])
@@ -294,7 +294,8 @@ def test_success_band_takes_its_group_size_from_the_algorithm():
 
 @pytest.fixture(scope="module")
 def saved_start_policy(tmp_path_factory):
-    """A real start policy file for ``algo.init_policy``: a fresh MLP token policy of reach."""
+    """A real start policy file for ``algo.start_policy.file``: a fresh MLP token policy of
+    reach."""
     from harness.policies import make, save_policy
     from harness.policies.mlp import MLPConfig
 
@@ -305,7 +306,7 @@ def saved_start_policy(tmp_path_factory):
     return path
 
 
-PIXEL_START = ["task.obs_mode=pixels_state", "algo.state_pretrain_episodes=5"]
+PIXEL_START = ["task.obs_mode=pixels_state", "algo.start_policy.state_pretrain.episodes=5"]
 
 
 @pytest.mark.parametrize("with_init_policy", [False, True])
@@ -313,9 +314,10 @@ PIXEL_START = ["task.obs_mode=pixels_state", "algo.state_pretrain_episodes=5"]
     (["eval.validation_seed=4000000005"], ("test", "validation")),    # inside the test range
     (["eval.seed=5000003"], ("demo", "test")),                        # inside the BC demos
     (["eval.validation_seed=5000003"], ("demo", "validation")),
-    (["algo.bc_demos=0", "algo.start_states=demo", "algo.start_demos=20", "eval.seed=5000150"],
+    (["algo.start_policy.bc.demos=0", "algo.starts.source=demo", "algo.starts.demos=20",
+      "eval.seed=5000150"],
      ("start_demo", "test")),                                         # inside the demo starts'
-    (["algo.bc_demos=0", "algo.start_states=demo", "eval.validation_seed=5000000"],
+    (["algo.start_policy.bc.demos=0", "algo.starts.source=demo", "eval.validation_seed=5000000"],
      ("validation", "start_demo")),
     ([*PIXEL_START, "eval.seed=3000004"], ("state_pretrain", "test")),  # pretraining episodes
     ([*PIXEL_START, "eval.validation_seed=2999999"], ("validation", "state_pretrain")),
@@ -324,26 +326,27 @@ PIXEL_START = ["task.obs_mode=pixels_state", "algo.state_pretrain_episodes=5"]
 def test_overlapping_seed_ranges_are_refused(overrides, named, with_init_policy,
                                              saved_start_policy):
     """Validation, test, BC demos, demo starts' demos and state pretraining never share a seed
-    with a held-out range, whether the start is cloned here or loaded by ``algo.init_policy``
+    with a held-out range, whether the start is cloned here or loaded by ``algo.start_policy.file``
     (whose ``bc_*`` options say how it was cloned)."""
-    init = [f"algo.init_policy={saved_start_policy}"] if with_init_policy else []
+    init = [f"algo.start_policy.file={saved_start_policy}"] if with_init_policy else []
     first, second = named
     with pytest.raises(ConfigError, match=rf"seed ranges overlap: {first} plays reset seeds "
                                           rf"\[\d+, \d+\) \(first, stop\) and {second} plays"):
-        compose("algo.bc_demos=2", *overrides, *init)
+        compose("algo.start_policy.bc.demos=2", *overrides, *init)
 
 
 def test_training_ranges_may_share_seeds_and_every_used_range_is_listed(saved_start_policy):
     """BC demos and the demos of demo starts are both recorded from the run's demo seed:
     training data on both sides, so they may share seeds; the ranges a run plays are all
     listed."""
-    config = compose("algo.bc_demos=20", "algo.start_states=demo", "algo.start_demos=20",
-                     f"algo.init_policy={saved_start_policy}")
+    config = compose("algo.start_policy.bc.demos=20", "algo.starts.source=demo",
+                     "algo.starts.demos=20",
+                     f"algo.start_policy.file={saved_start_policy}")
     ranges = config.seed_ranges()
     assert ranges["demo"] == [5_000_000, 5_000_200] == ranges["start_demo"]
     assert ranges["validation"] == [2_000_000, 2_000_004]  # the start's decoding is chosen there
-    assert "start_demo" not in compose("algo.start_states=reset").seed_ranges()
-    pixels = compose("algo.bc_demos=2", *PIXEL_START).seed_ranges()
+    assert "start_demo" not in compose("algo.starts.source=reset").seed_ranges()
+    pixels = compose("algo.start_policy.bc.demos=2", *PIXEL_START).seed_ranges()
     assert pixels["state_pretrain"] == [3_000_000, 3_000_005]
 
 
@@ -351,15 +354,16 @@ def test_seeds_differ_in_their_demonstrations_and_demo_seed_overrides(saved_star
     """Run seed s records its demos from s * 10^7 + 5 * 10^6, so the seeds of a sweep clone on
     different demonstrations; ``algo.demo_seed`` names the first seed instead, and its range is
     checked like any other."""
-    first = {seed: compose("algo.bc_demos=20", f"seed={seed}").seed_ranges()["demo"]
+    first = {seed: compose("algo.start_policy.bc.demos=20", f"seed={seed}").seed_ranges()["demo"]
              for seed in (0, 1, 4)}
     assert first == {0: [5_000_000, 5_000_200], 1: [15_000_000, 15_000_200],
                      4: [45_000_000, 45_000_200]}
-    assert compose("algo.bc_demos=20", "algo.demo_seed=0").seed_ranges()["demo"] == [0, 200]
+    assert compose("algo.start_policy.bc.demos=20",
+                   "algo.demo_seed=0").seed_ranges()["demo"] == [0, 200]
     with pytest.raises(ConfigError,
                        match=r"seed ranges overlap: demo plays .* and validation plays"):
-        compose("algo.bc_demos=20", "algo.demo_seed=1999990",
-                f"algo.init_policy={saved_start_policy}")
+        compose("algo.start_policy.bc.demos=20", "algo.demo_seed=1999990",
+                f"algo.start_policy.file={saved_start_policy}")
     with pytest.raises(ConfigError, match=r"algo.demo_seed=-1; must be >= 0"):
         compose("algo.demo_seed=-1")
 

@@ -81,7 +81,9 @@ def test_bad_vla_ppo_settings_are_refused_by_name():
                               ("algo.gae_lambda=-0.1", "algo.gae_lambda=-0.1"),
                               ("algo.vf_clip=0", "algo.vf_clip=0"),
                               ("algo.vf_coef=-1", "algo.vf_coef=-1"),
-                              ("algo.critic=twin", "algo.critic='twin'")):
+                              ("algo.critic.network=twin", "algo.critic.network='twin'"),
+                              ("algo.critic=twin", "algo.critic is now algo.critic.network: "
+                                                   "write algo.critic.network=twin")):
         with pytest.raises(ConfigError, match=message):
             harness_config.compose([*FAST, override])
 
@@ -97,7 +99,8 @@ def run(tmp_path, name: str, *overrides: str) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    return run(tmp_path_factory.mktemp("one"), "run", "algo.workers=1", "algo.critic=separate")
+    return run(tmp_path_factory.mktemp("one"), "run", "algo.workers=1",
+               "algo.critic.network=separate")
 
 
 def test_a_vla_ppo_run_learns_a_value_and_moves_the_policy(reference):
@@ -113,7 +116,7 @@ def test_a_vla_ppo_run_learns_a_value_and_moves_the_policy(reference):
     ("algo.workers=2", "algo.rollout.mode=batched"),
 ])
 def test_workers_and_rollout_modes_give_the_same_run(tmp_path, reference, overrides):
-    assert run(tmp_path, "run", "algo.critic=separate", *overrides) == reference
+    assert run(tmp_path, "run", "algo.critic.network=separate", *overrides) == reference
 
 
 def test_ray_actors_give_the_same_run(tmp_path, reference):
@@ -121,7 +124,7 @@ def test_ray_actors_give_the_same_run(tmp_path, reference):
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
              log_to_driver=False)
     try:
-        assert run(tmp_path, "run", "algo.critic=separate", "algo.workers=2",
+        assert run(tmp_path, "run", "algo.critic.network=separate", "algo.workers=2",
                    "algo.rollout.backend=ray", "algo.rollout.mode=batched") == reference
     finally:
         ray.shutdown()
@@ -130,5 +133,5 @@ def test_ray_actors_give_the_same_run(tmp_path, reference):
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, reference):
     """Two iterations, then a resume to three: the separate critic, its optimiser state and
     the minibatch generator come back from the checkpoint."""
-    run(tmp_path, "run", "algo.critic=separate", "algo.iterations=2")
-    assert run(tmp_path, "run", "algo.critic=separate", "resume=true") == reference
+    run(tmp_path, "run", "algo.critic.network=separate", "algo.iterations=2")
+    assert run(tmp_path, "run", "algo.critic.network=separate", "resume=true") == reference

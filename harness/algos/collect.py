@@ -30,10 +30,6 @@ from harness.evaluation import Episode, EvaluationResult
 from tasks.perturb import ResetNoise, perturbed_snapshots
 from tasks.wrappers import imperfection_scales
 
-# Reset noise draws from [seed, iteration, round, attempt, RESET_NOISE_STREAM]: the attempts'
-# token generators use the same first keys, and this last one keeps the two streams apart.
-RESET_NOISE_STREAM = 9_001
-
 
 # ---------------------------------------------------------------------------- scoring
 def _score(rollout: RolloutBatch, detector
@@ -84,7 +80,7 @@ def build_refresher(cfg, detector, out_dir):
         return None
     from success_detectors.refresh import DetectorRefresher
 
-    return DetectorRefresher(detector, cfg.detector_refresh, cfg.seed, out_dir)
+    return DetectorRefresher(detector, cfg.detector_refresh, cfg.seeds.generator, out_dir)
 
 
 @dataclass
@@ -141,8 +137,8 @@ def _group_jobs(cfg, starts: StartStates, start: Start, group: int, first: int, 
         attempt_options = {"imperfections": {n: (s, s) for n, s in scales.items()}}
     size = cfg.algo.group_size
     if noise.on:  # each attempt its own perturbed start
-        generators = [np.random.default_rng([cfg.seed, iteration, round_, first + a,
-                                             RESET_NOISE_STREAM]) for a in range(size)]
+        generators = [np.random.default_rng(cfg.seeds.reset_noise(iteration, round_, first + a))
+                      for a in range(size)]
         snapshots = perturbed_snapshots(starts.env, start.snapshot, noise, generators)
     else:
         snapshots = [start.snapshot] * size
@@ -228,7 +224,7 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, starts: StartS
         # Each attempt samples from its own generator, seeded by (run, iteration, round,
         # attempt): the attempts do not depend on how many workers play them.
         drawn.rollout = pool.run(trainer.policy, drawn.jobs, algo.temperature,
-                                 seed=(cfg.seed, iteration, round_))
+                                 seed=cfg.seeds.attempts(iteration, round_))
         signal = _score_round(cfg, drawn, trainer, starts, detector, adr)
         grouped = drawn.rewards.reshape(-1, algo.group_size)
         signal_total += int(signal.sum())

@@ -53,15 +53,13 @@ from harness.algos.group_update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
 from harness.algos.records import EngineSpec
 from harness.algos.start_states import StartStates, demo_start_file
-from harness.config import TrainConfig, demo_first_seed
+from harness.config import TrainConfig
 from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
-from harness.policies import Policy, load_policy, resolve_device
-from harness.policies import make as make_policy
+from harness.policies import Policy, resolve_device
 from harness.policies.saving import policy_record
 from harness.runs import Run
-from harness.start_policy import CloneOptions, cloned_start_policy, keep_start_policy
-from harness.start_policy import check_start_policy as check_init_policy
+from harness.start_policy import StartPolicy, prepare_torch
 
 log = logging.getLogger(__name__)
 
@@ -71,32 +69,33 @@ SPLITS: tuple[str, ...] = ("validation", "test")
 class GroupRun:
     """One run of a group-relative algorithm (``cfg.algo.name`` in ``GROUP_ALGOS``).
 
-    Building it builds everything the run needs, in this order: the start policy (from the
-    latest checkpoint when ``run.resume_metadata`` is set, else ``algo.init_policy``, behaviour
-    cloning or fresh weights), the update rule, the curriculum, the start-state sources, the
+    Building it builds everything the run needs around its start policy, in this order: the
+    update rule (whose KL reference the start is), the curriculum, the start-state sources, the
     verifier and the rollout pool. Its state (:meth:`state_dict`) is the checkpoint.
 
     Args:
         cfg: A validated ``harness.config.TrainConfig`` whose ``algo`` is a group algorithm.
         run: The ``harness.runs.Run`` to write metrics, checkpoints and videos into.
+        start: The start policy (:func:`harness.start_policy.build_start_policy`, which the
+            training app runs first); ``None`` resumes from the latest checkpoint
+            (``run.resume_metadata``).
     """
+
+    takes_start_policy: ClassVar[bool] = True  # the app builds it first (harness.start_policy)
 
     has_reference_policy: ClassVar[bool] = True  # checkpoints also hold the frozen start policy
 
-    def __init__(self, cfg: TrainConfig, run: Run) -> None:
+    def __init__(self, cfg: TrainConfig, run: Run, start: StartPolicy | None = None) -> None:
         self.cfg, self.run = cfg, run
-        algo = cfg.algo
+        algo, seeds = cfg.algo, cfg.seeds
         self.device = resolve_device(cfg.device)
-        torch.manual_seed(cfg.seed)
-        torch.set_num_threads(cfg.torch_threads)
-        # Subnormal floats appear in the CNN's activations and gradients as fine-tuning goes on
-        # and make x86 CPUs crawl: one fine-tuned TinyVLA's forward+backward took 0.59 s per 128
-        # frames with them and 0.21 s flushed to zero. Flushing costs no accuracy here.
-        torch.set_flush_denormal(True)
+        if start is None:  # a resume: the checkpoint's networks are built as the start's were
+            torch.manual_seed(seeds.generator)
+        prepare_torch(cfg)
         self.task_options = cfg.task.env_options()
         self.probe = tasks.make(cfg.task.name, **self.task_options)
         self.starts_env = tasks.make(cfg.task.name, **{**self.task_options, "obs_mode": "state"})
-        self.adr = curricula.make_adr(cfg.adr, cfg.seed)  # ADR of reset starts, or None
+        self.adr = curricula.make_adr(cfg.adr, seeds.generator)  # ADR of reset starts, or None
         if self.adr is not None:
             self.starts_env = curricula.NextResetOptions(self.starts_env)  # ADR's ranges reach
         self.iterations_done = self.env_steps = self.start_counter = 0
@@ -106,19 +105,18 @@ class GroupRun:
         self.start: dict[str, Any] = {}
         self.baseline = group_summary.StartBaseline()  # the start's outcomes, paired later
         state = None
-        if run.resume_metadata is not None:  # the checkpoint holds the weights and reference
+        if start is None:  # the checkpoint holds the weights and reference
             state = checkpoints.read_checkpoint(run.checkpoints_dir / "latest.pt")
             self.policy = checkpoints.policy_from_state(state)
         else:
-            self.policy, self.start = self._initial_policy()
-            self.start["start_policy"] = keep_start_policy(self.policy, run.dir,
-                                                           algo.init_policy)
+            self.policy = start.policy
+            self.start = {**start.metrics, "start_policy": start.file}
         self.trainer = GroupTrainer(cfg, self.policy, self.device)
         self.trainer.max_tokens = self.policy.spec.max_units(self.probe.max_episode_steps)
-        self.curriculum = curricula.make(cfg.curriculum.name, seed=cfg.seed,
+        self.curriculum = curricula.make(cfg.curriculum.name, seed=seeds.generator,
                                          **cfg.curriculum_params())
         demos = None
-        if algo.start_weights["demo"] > 0:
+        if algo.starts.shares["demo"] > 0:
             demos = load_demo_snapshots(demo_start_file(cfg, progress=cfg.logger.progress_bar))
         self.starts = StartStates(cfg, self.curriculum, self.starts_env, demos)
         self.detector = build_detector(cfg, self.probe)
@@ -140,36 +138,6 @@ class GroupRun:
         ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
         cfg.policy.check_device(resolve_device(cfg.device))
 
-    def _initial_policy(self) -> tuple[Policy, dict[str, Any]]:
-        """The starting policy: ``algo.init_policy``, else BC on ``algo.bc_demos`` demos or on
-        the ``algo.bc_dataset`` folder, else fresh."""
-        cfg, algo = self.cfg, self.cfg.algo
-        if algo.init_policy:
-            policy = load_policy(algo.init_policy, self.probe.observation_space)
-            check_init_policy(policy, cfg.policy, algo.init_policy)
-            return policy, {}
-        if algo.bc_demos > 0 or algo.bc_dataset:
-            return cloned_start_policy(
-                cfg.task.name, self.task_options, cfg.policy,
-                CloneOptions(
-                    demos=algo.bc_demos, epochs=algo.bc_epochs,
-                    difficulty=(cfg.task.difficulty if algo.bc_difficulty is None
-                                else algo.bc_difficulty),
-                    seed=cfg.seed, demo_seed=demo_first_seed(cfg.seed, algo.demo_seed),
-                    progress=cfg.logger.progress_bar,
-                    state_pretrain_episodes=algo.state_pretrain_episodes,
-                    state_pretrain_epochs=algo.state_pretrain_epochs,
-                    state_pretrain_shift_pad=algo.state_pretrain_shift_pad,
-                    bc_shift_pad=algo.bc_shift_pad, bc_lr=algo.bc_lr, bc_keep=algo.bc_keep,
-                    device=str(self.device), dataset=algo.bc_dataset, noise=algo.bc_noise),
-            )
-        config = cfg.policy
-        if getattr(config, "normalize_state", False):
-            log.warning("policy.normalize_state=true, but no behaviour cloning fits its "
-                        "statistics (algo.bc_demos=0, no algo.bc_dataset): the state stays "
-                        "unscaled")
-        return make_policy(config, self.probe.observation_space), {}
-
     def _make_pool(self):
         """The rollout workers: one env per attempt of an iteration, spread over the workers."""
         algo = self.cfg.algo
@@ -179,7 +147,8 @@ class GroupRun:
         return pools.make_pool(algo.rollout, algo.workers, EngineSpec(
             self.cfg.task.name, self.task_options, policy_record(self.policy),
             max(1, math.ceil(attempts / algo.workers)), verifier_view,
-            algo.replay_every if self.starts.replay_wanted else 0, self.trainer.freeze_encoder),
+            algo.starts.replay_every if self.starts.replay_wanted else 0,
+            self.trainer.freeze_encoder),
             preferred=self.policy.spec.rollout_mode)
 
     # ------------------------------------------------------------------------ checkpoints
@@ -407,7 +376,7 @@ class GroupRun:
             "time_limit_reached": self.guard.reached,
             "seed_ranges": self.cfg.seed_ranges(), "device": str(self.device),
             "best_eval": self.best,
-            "start_states": {"sources": algo.start_states, "weights": dict(algo.start_weights)},
+            "start_states": {"sources": algo.starts.source, "weights": algo.starts.shares},
         }
 
     def close(self) -> None:

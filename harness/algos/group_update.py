@@ -100,7 +100,7 @@ class GroupTrainer:
         # vla_ppo's value network: the policy's own value head (shared features) or a copy of
         # the start policy's network, trained by the value loss alone.
         self.critic = policy
-        if self.estimator == "vla_ppo" and algo.critic == "separate":
+        if self.estimator == "vla_ppo" and algo.critic.network == "separate":
             self.critic = copy.deepcopy(policy)
             if self.freeze_encoder:
                 self.critic.freeze_encoder()
@@ -110,7 +110,7 @@ class GroupTrainer:
         self.optimizer = torch.optim.Adam(self._trainable, lr=algo.learning_rate)
         # One generator for the run (saved in checkpoints): each epoch of each iteration draws
         # its own minibatch order.
-        self.generator = np.random.default_rng(cfg.seed)
+        self.generator = np.random.default_rng(cfg.seeds.generator)
         steps = algo.num_iterations * -(-algo.num_start_states * algo.group_size
                                         // algo.minibatch_size)
         if steps == 1:
@@ -330,7 +330,7 @@ class GroupTrainer:
         if self.critic is not self.policy:
             if "critic" not in state:
                 raise ValueError("the checkpoint holds no separate critic; resume with the "
-                                 "algo.critic the run started with")
+                                 "algo.critic.network the run started with")
             self.critic.load_state_dict(state["critic"])
         if "minibatch_rng" in state:
             self.generator.bit_generator.state = state["minibatch_rng"]

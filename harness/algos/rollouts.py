@@ -74,7 +74,7 @@ class RolloutBatch:
         group: Group index of each attempt, ``(A,)``; groups are contiguous, G attempts each.
         difficulty: Difficulty of each attempt's start state, ``(A,)``.
         timing: Seconds spent rendering+stepping (env) and in the policy, summed over workers.
-        closest: With state capture on (``algo.start_states`` uses replays): per attempt, the
+        closest: With state capture on (``algo.starts.source`` uses replays): per attempt, the
             snapshot bytes of its captured state closest to success, or ``None``.
         final_margin: With ``final_frames``: metres outside the success region at each
             attempt's end (``Task.success_margin``; negative inside), for auditing the

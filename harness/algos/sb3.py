@@ -49,7 +49,7 @@ from harness.algos.sb3_envs import (
     observation_spec,
     select_observation,
 )
-from harness.config import TRAIN_SEED_STRIDE, TrainConfig
+from harness.config import TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn, evaluate
 from harness.runs import CheckpointError, Run
 
@@ -179,22 +179,23 @@ class SB3Run:
     """
 
     has_reference_policy: ClassVar[bool] = False  # the zip holds the trained policy only
+    takes_start_policy: ClassVar[bool] = False  # SB3 builds its own networks
 
-    def __init__(self, config: TrainConfig, run: Run) -> None:
+    def __init__(self, config: TrainConfig, run: Run, start: None = None) -> None:
         torch.set_num_threads(config.torch_threads)
         self.config = config
         self.run = run
         self.obs_spec = observation_spec(config.policy.name, config.task.obs_mode,
                                          config.policy.use_instruction)
         self.curriculum = curricula.make(
-            config.curriculum.name, seed=config.seed, **config.curriculum_params()
+            config.curriculum.name, seed=config.seeds.generator, **config.curriculum_params()
         )
         self.evaluation = Schedule(config.eval.every_steps)
         self.checkpointing = Schedule(config.checkpoint_every_steps)
         self.eval_difficulties = list(config.eval.difficulties) or [config.task.difficulty]
         self.best: dict[str, float] | None = None
         self.guard = TimeGuard(run, config.max_minutes)
-        self.adr = curricula.make_adr(config.adr, config.seed)  # ADR, or None
+        self.adr = curricula.make_adr(config.adr, config.seeds.generator)  # ADR, or None
         resume = run.resume_metadata
         if resume is not None:
             self.load_state_dict(resume["trainer_state"])
@@ -204,14 +205,15 @@ class SB3Run:
     def _build_model(self) -> BaseAlgorithm:
         config = self.config
         model = build_model(config.algo.name, dataclasses.asdict(config.policy), self.env,
-                            config.device, seed=config.seed, **config.algo.sb3_kwargs())
+                            config.device, seed=config.seeds.generator,
+                            **config.algo.sb3_kwargs())
         resume = self.run.resume_metadata
         if resume is not None:
             path = self.run.checkpoints_dir / resume["file"]
             load_weights(model, path, config.device)
             model.num_timesteps = int(resume["num_timesteps"])
             # A fresh stream of episodes: same seeds would replay the start of the first session.
-            model.set_random_seed((config.seed + 1) * TRAIN_SEED_STRIDE + model.num_timesteps)
+            model.set_random_seed(config.seeds.resumed_envs(model.num_timesteps))
             log.info("resuming %s from %s at step %d", config.algo.name, path, model.num_timesteps)
         model.set_logger(make_logger(self.run, self.config.logger.console))
         return model

@@ -1,11 +1,11 @@
 """Where each group of the group trainer starts: fresh resets, demonstration states, replays.
 
 Snapshots are exact, so a group can start from *any* state and its G attempts still compare
-fairly. ``algo.start_states`` picks the sources, ``algo.start_weights`` their shares:
+fairly. ``algo.starts.source`` picks the sources, ``algo.starts.weights`` their shares:
 
 * ``reset``: a fresh reset at the curriculum's difficulty (the default, and what evaluation
   always plays);
-* ``demo``: a state along a recorded expert demonstration (``algo.start_demos`` of them, at
+* ``demo``: a state along a recorded expert demonstration (``algo.starts.demos`` of them, at
   ``task.difficulty``), chosen by a reverse curriculum over *how much of the demonstration is
   left*: a :class:`~harness.curriculum.SuccessBandCurriculum` whose difficulty ``d`` is the
   fraction of the demonstration remaining. It starts near the demonstration's end (``d`` in the
@@ -32,18 +32,12 @@ import numpy as np
 
 import tasks
 from harness import curriculum as curricula
-from harness.config import TRAIN_SEED_STRIDE, demo_first_seed
 from harness.demos import DEMO_FORMAT_VERSION, collect_demos, demo_cache_dir
 from harness.start_policy import demo_file
 
 log = logging.getLogger(__name__)
 
 SOURCES: tuple[str, ...] = ("reset", "demo", "replay")
-# Generators seeded [run seed, stream]: the choice of source and the demo/replay picks draw from
-# their own stream, so turning a source on shifts neither the curriculum's nor the resets' draws.
-START_SOURCE_STREAM = 20_171
-# The demo starts' reverse curriculum samples from a stream of its own, apart from the picks.
-DEMO_CURRICULUM_STREAM = 20_172
 
 
 @dataclass
@@ -58,7 +52,7 @@ class Start:
 
 
 def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = True) -> Path:
-    """The demo file of ``algo.start_demos`` (state observations, at ``task.difficulty``):
+    """The demo file of ``algo.starts.demos`` (state observations, at ``task.difficulty``):
     recorded once (from :func:`harness.config.demo_first_seed`) and cached beside the BC demos
     (``demo_dir``, default :func:`harness.demos.demo_cache_dir`); a cached file of format
     version 1 (no snapshots) is recorded again."""
@@ -66,8 +60,8 @@ def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = Tr
     options = {**cfg.task.env_options(), "obs_mode": "state"}
     options.pop("camera", None)
     options.pop("image_size", None)
-    first_seed = demo_first_seed(cfg.seed, cfg.algo.demo_seed)
-    path = demo_file(demo_dir, cfg.task.name, options, cfg.algo.start_demos,
+    first_seed = cfg.seeds.demos
+    path = demo_file(demo_dir, cfg.task.name, options, cfg.algo.starts.demos,
                      cfg.task.difficulty, seed=first_seed)
     if path.exists():
         with h5py.File(path, "r") as f:
@@ -75,7 +69,7 @@ def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = Tr
         if version >= DEMO_FORMAT_VERSION:
             return path
         log.info("%s holds no snapshots (format version %d): recording it again", path, version)
-    collect_demos(path, cfg.task.name, cfg.algo.start_demos, difficulty=cfg.task.difficulty,
+    collect_demos(path, cfg.task.name, cfg.algo.starts.demos, difficulty=cfg.task.difficulty,
                   seed=first_seed, obs_mode="state",
                   max_episode_steps=options.pop("max_episode_steps", None),
                   env_options={k: v for k, v in options.items()
@@ -88,8 +82,8 @@ class StartStates:
     """Draws each group's start from the configured sources (see the module docstring).
 
     Args:
-        cfg: The training config (``algo.start_states``, ``algo.start_weights``,
-            ``algo.replay_buffer``, ``algo.demo_curriculum``, ``seed``).
+        cfg: The training config (``algo.starts.source``, ``algo.starts.weights``,
+            ``algo.starts.replay_buffer``, ``algo.starts.curriculum``, ``seed``).
         curriculum: The run's curriculum, for ``reset`` starts.
         starts_env: A state-only env of the task, to reset and snapshot.
         demos: For ``demo`` starts: every step's snapshot bytes, episode by episode
@@ -102,19 +96,21 @@ class StartStates:
         self.cfg = cfg
         self.curriculum = curriculum
         self.env = starts_env
-        self.weights = np.array([algo.start_weights.get(s, 0.0) for s in SOURCES], float)
+        self.weights = np.array([algo.starts.shares[s] for s in SOURCES], float)
         self.weights /= self.weights.sum()
         self.demos = demos or []
-        self.rng = np.random.default_rng([cfg.seed, START_SOURCE_STREAM])
-        self.replay: deque[tuple[bytes, float]] = deque(maxlen=algo.replay_buffer)
+        # the choice of source and the demo/replay picks draw from their own stream, so turning
+        # a source on shifts neither the curriculum's nor the resets' draws
+        self.rng = np.random.default_rng(cfg.seeds.start_sources)
+        self.replay: deque[tuple[bytes, float]] = deque(maxlen=algo.starts.replay_buffer)
         self.demo_curriculum = None
         if self.weights[SOURCES.index("demo")] > 0:
             if not self.demos:
-                raise ValueError("algo.start_states uses demo starts but no demonstration "
-                                 "was given (algo.start_demos)")
+                raise ValueError("algo.starts.source uses demo starts but no demonstration "
+                                 "was given (algo.starts.demos)")
             self.demo_curriculum = curricula.make(
-                "success_band", seed=[cfg.seed, DEMO_CURRICULUM_STREAM],
-                group_size=algo.group_size, **dict(algo.demo_curriculum))
+                "success_band", seed=cfg.seeds.demo_curriculum,
+                group_size=algo.group_size, **dict(algo.starts.curriculum))
         self.counts = {s: 0 for s in SOURCES}
         self.signal = {s: 0 for s in SOURCES}
 
@@ -129,7 +125,7 @@ class StartStates:
         source = SOURCES[int(self.rng.choice(len(SOURCES), p=self.weights))]
         if source == "replay" and not self.replay:
             source = "reset"
-        seed = (self.cfg.seed + 1) * TRAIN_SEED_STRIDE + start_counter
+        seed = self.cfg.seeds.train_start(start_counter)
         if source == "demo":
             remaining = float(self.demo_curriculum.sample())
             episode = self.demos[int(self.rng.integers(len(self.demos)))]

@@ -7,7 +7,8 @@ usage: python scripts/export_dataset.py demos=data/demos/push.hdf5 out=data/lero
 A Hydra app over ``conf/export_dataset.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
 them). The folder is written beside ``out`` under a temporary name and renamed at the end, so
 a killed export leaves no half-written dataset; an existing, non-empty ``out`` is refused
-unless ``overwrite=true``. ``algo.bc_dataset=<folder>`` of the training app clones the start
+unless ``overwrite=true``. ``algo.start_policy.dataset=<folder>`` of the training app clones the
+start
 policy on it. See docs/datasets.md.
 """
 

@@ -6,7 +6,8 @@ full difficulty (goal 6-18 cm away, two distractor cubes, the instruction naming
 1. record 200 scripted-expert demonstrations with noise injected into the executed actions
    (once: they are cached under ``<data_dir>/demos``, ``data/demos`` in a checkout);
 2. teach the policy's features the simulator state on noisy-expert frames
-   (``harness.state_pretraining.pretrain_state_features``), then behaviour-clone it on the action
+   (``harness.start_policy.state_pretraining.pretrain_state_features``), then behaviour-clone it on
+   the action
    tokens, keeping the epoch with the lowest loss on held-out demos;
 3. evaluate the BC policy, greedy and sampled, on the validation seeds (which choose its better
    decoding) and on the held-out test seeds;
@@ -99,7 +100,7 @@ def before_after_table(summary: dict[str, Any], config: harness_config.TrainConf
         The text, from a blank line on.
     """
     rows = (
-        (f"BC ({config.algo.bc_demos} demos)", summary["bc_success"],
+        (f"BC ({config.algo.start_policy.bc.demos} demos)", summary["bc_success"],
          summary["bc_success_interval"], summary["start_sampled_success_rate"]),
         (f"BC + {config.algo.name}", summary["final_success"], summary["final_success_interval"],
          summary["sampled_success_rate"]),

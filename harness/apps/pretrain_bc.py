@@ -7,7 +7,7 @@ usage: python scripts/pretrain_bc.py [demos=data/demos/push.hdf5] [policy=tiny_v
 
 A Hydra app over ``conf/pretrain_bc.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
 them, ``-m`` sweeps them); the ``policy`` group is the training app's (the group trainer's
-kinds). The saved file is what ``algo.init_policy`` of the training app loads.
+kinds). The saved file is what ``algo.start_policy.file`` of the training app loads.
 
 The policy is sized from the observation space of the environment the demos were recorded in
 (``env_args`` of the demo file) and evaluated there on reset seeds ``10_000 + seed`` onwards,
@@ -91,8 +91,8 @@ ConfigStore.instance().store(name="pretrain_bc_schema", node=PretrainBCConfig)
 def app(cfg: DictConfig) -> None:
     import torch
 
-    from harness.bc import evaluate_policy, pretrain_bc
     from harness.policies import make, save_policy
+    from harness.start_policy.bc import evaluate_policy, pretrain_bc
 
     try:
         config = OmegaConf.to_object(cfg)

@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(e.g. algo=grpo, the default when the sweep has that arm)")
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap replicates")
     parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
-                        help="a setting that does not define an arm, e.g. algo.init_policy when "
-                             "each seed's arm starts from that seed's saved start (repeatable)")
+                        help="a setting that does not define an arm, e.g. "
+                             "algo.start_policy.file when each seed's arm starts from that "
+                             "seed's saved start (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:

@@ -75,18 +75,27 @@ from harness.config.policy import (
     SB3PolicyFields,
     policy_schemas,
 )
+from harness.config.seeds import (
+    DEMO_SEED_OFFSET,
+    STATE_PRETRAIN_SEED,
+    TRAIN_SEED_STRIDE,
+    Seeds,
+    demo_first_seed,
+    state_pretrain_first_seed,
+)
+from harness.config.start import (
+    BCConfig,
+    StartPolicyConfig,
+    StartsConfig,
+    StatePretrainConfig,
+)
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.config.train import (
-    DEMO_SEED_OFFSET,
     MAX_RESAMPLE_ROUNDS,
     REWARDS,
     SB3_BAND_GROUP_SIZE,
     SB3_DEFAULT_TIMESTEPS,
-    STATE_PRETRAIN_SEED,
-    TRAIN_SEED_STRIDE,
     TrainConfig,
-    demo_first_seed,
-    state_pretrain_first_seed,
 )
 
 __all__ = [
@@ -107,6 +116,11 @@ __all__ = [
     "TRAIN_SEED_STRIDE",
     "ZERO_SIGNAL",
     "A2CConfig",
+    "BCConfig",
+    "Seeds",
+    "StartPolicyConfig",
+    "StartsConfig",
+    "StatePretrainConfig",
     "AdrConfig",
     "AdrParamConfig",
     "AlgoConfig",

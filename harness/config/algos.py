@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
@@ -18,20 +17,17 @@ from harness.config.bounds import (
     check_rate,
     max_processes,
 )
-from harness.config.errors import ConfigError, check
+from harness.config.errors import check
 from harness.config.rollout import ResetNoiseConfig, RolloutConfig
-from harness.lerobot.reader import validate_dataset  # reads the folder; builds nothing
+from harness.config.start import StartPolicyConfig, StartsConfig
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo")
 CRITICS: tuple[str, ...] = ("shared", "separate")  # vla_ppo's value network
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
-# The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
-BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
 # Counts of SB3's algorithms, each at most MAX_COUNT (their lower bounds are their own checks).
 SB3_COUNTS: tuple[str, ...] = ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
                                "n_critic_updates", "sub_sampling_factor")
-MAX_SHIFT_PAD = 64  # pixels of random shift; frames are at most 480 pixels wide
 
 
 @dataclass
@@ -153,21 +149,28 @@ class TRPOConfig(SB3AlgoConfig):
         check(self.target_kl > 0, f"algo.target_kl={self.target_kl}; must be > 0")
 
 
-START_SOURCES: tuple[str, ...] = ("reset", "demo", "replay")
-START_STATES: tuple[str, ...] = (*START_SOURCES, "mix")
-# Shares of the sources when algo.start_weights is empty: demo and replay starts always keep
-# some resets, so the policy also learns the beginning of the task.
-DEFAULT_START_WEIGHTS: dict[str, dict[str, float]] = {
-    "reset": {"reset": 1.0},
-    "demo": {"reset": 0.25, "demo": 0.75},
-    "replay": {"reset": 0.5, "replay": 0.5},
-    "mix": {"reset": 0.4, "demo": 0.4, "replay": 0.2},
-}
+@dataclass
+class CriticConfig:
+    """``algo.critic``: ``vla_ppo``'s value network.
+
+    Attributes:
+        network: ``shared`` (a value head on the policy's own features, as RL4VLA) or
+            ``separate`` (a copy of the start policy's network with its own value head).
+    """
+
+    network: str = "shared"
+
+    def __post_init__(self) -> None:
+        check(self.network in CRITICS,
+              f"algo.critic.network={self.network!r}; choose one of {CRITICS}")
+
+
 @dataclass
 class GroupAlgoConfig(AlgoConfig):
     """Knobs of the group-relative fine-tuner (``harness.algos.group``); the name picks the
     advantage estimator (``harness.objectives.ESTIMATORS``). Every count is at most
-    ``harness.config.bounds.MAX_COUNT`` (10^6), each shift pad at most ``MAX_SHIFT_PAD`` (64).
+    ``harness.config.bounds.MAX_COUNT`` (10^6). The start policy and the start states are nested
+    blocks (``algo.start_policy``, ``algo.starts``, :mod:`harness.config.start`).
 
     Attributes:
         group_size: G, attempts from each start state.
@@ -190,63 +193,25 @@ class GroupAlgoConfig(AlgoConfig):
             ``PROCESSES_PER_CPU`` (8) per CPU of this machine, unless they are actors of a
             Ray cluster (``rollout.ray_address`` given).
         rollout: Where the workers run (:class:`RolloutConfig`).
-        init_policy: A ``harness.policies.save_policy`` file (e.g. the BC policy, or another
-            run's ``start_policy.pt``) to start from; it is also the KL reference, and the
-            ``bc_*`` options are unused. ``None`` starts from fresh weights (or from BC, below).
-        bc_demos: Without ``init_policy``: when > 0, start from a policy behaviour-cloned on this
-            many scripted-expert demos at ``task.difficulty`` (demos cached under
-            ``<data_dir>/demos``).
-        demo_seed: Reset seed of the first attempt of those demos (and of the demos of
-            ``demo`` starts); ``None``: ``seed * 10^7 + 5 * 10^6``
-            (``harness.config.train.demo_first_seed``), so runs of different seeds clone on
+        start_policy: What fine-tuning starts from, and its KL reference: a saved file, a
+            behaviour clone on demos or a dataset, or fresh weights
+            (:class:`~harness.config.start.StartPolicyConfig`; the step of
+            :mod:`harness.start_policy` builds it before the run).
+        demo_seed: Reset seed of the first attempt of the scripted-expert demos (behaviour
+            cloning's and those of ``demo`` starts); ``None``: from the run's seed
+            (:func:`harness.config.seeds.demo_first_seed`), so runs of different seeds clone on
             different demonstrations.
-        bc_dataset: Without ``init_policy``: a LeRobotDataset v3.0 folder (e.g. written by
-            ``scripts/export_dataset.py``) to behaviour-clone the start policy on instead of
-            recording ``bc_demos`` (docs/datasets.md); ``None`` records them.
-        bc_epochs: Epochs of that behaviour cloning.
-        bc_lr: Its AdamW learning rate (``harness.bc.pretrain_bc``'s ``lr``), in (0, 1].
-        bc_noise: Gaussian noise (standard deviation, in action units) injected into the
-            executed actions while recording those demos, each step labelled with the expert's
-            noise-free action (DART, Laskey et al. 2017): the cloned policy learns to recover
-            from drift. Only successful demos are kept; 0 records them noise-free.
-        bc_difficulty: Start-state difficulty of those demos; ``None`` uses ``task.difficulty``.
-            A curriculum study can clone on easy starts and evaluate on hard ones.
-        state_pretrain_episodes: Pixel policies cloned with ``bc_demos``: first teach their
-            features the simulator state on this many noisy-expert episodes
-            (``harness.start_policy.pretrain_state_features``); 0 skips it.
-        state_pretrain_epochs: Epochs of that pretraining.
-        state_pretrain_shift_pad: Random-shift augmentation (DrQ: each frame shifted by up to
-            this many pixels, the border repeated) of that pretraining's training frames; 0
-            (the default) trains on the frames as rendered.
-        bc_shift_pad: The same augmentation of the pixels in behaviour cloning; 4 by default,
-            0 switches it off. Neither augmentation touches evaluation or rollouts.
-        bc_keep: Which weights behaviour cloning hands on: ``last`` (the last epoch's, the
-            default) or ``best_val_loss`` (the epoch with the lowest loss on the held-out demos;
-            early stopping for a policy that overfits a few demos).
         freeze_encoder: Fine-tune only what reads the image features (fusion MLP and heads) of
             a pixel policy, keeping its image encoder as BC left it; the update then encodes
             each frame once per iteration instead of once per epoch and minibatch.
-        start_states: Where groups start (``harness.algos.start_states``): ``reset`` (fresh
-            resets), ``demo`` (states along expert demonstrations, by a reverse curriculum),
-            ``replay`` (the policy's own failed attempts, closest to success) or ``mix``.
-            Evaluation always starts from fresh resets.
-        start_weights: Share of groups per source (``reset``, ``demo``, ``replay``); when all
-            are null, the default of ``start_states`` (``DEFAULT_START_WEIGHTS``), otherwise the
-            sources given (a null one counts 0).
-        start_demos: Demonstrations recorded (at ``task.difficulty``) for ``demo`` starts.
-        demo_curriculum: Options of the ``success_band`` curriculum over the fraction of the
-            demonstration remaining (``num_bins``, ``low``, ``high``, ``min_obs``,
-            ``explore``...).
-        replay_buffer: Replay starts kept (the newest).
-        replay_every: Steps between the captured states of an attempt, for replay starts.
+        starts: Where groups start (:class:`~harness.config.start.StartsConfig`).
         reset_noise: Inexact resets of the attempts (:class:`ResetNoiseConfig`; off at 0).
         gamma: ``vla_ppo``: discount per decision, in [0, 1].
         gae_lambda: ``vla_ppo``: GAE's lambda, in [0, 1].
         vf_coef: ``vla_ppo``: weight of the value loss, >= 0.
         vf_clip: ``vla_ppo``: how far a value may move from the rollout's in one update (PPO2's
             value clipping); ``null`` leaves it unclipped.
-        critic: ``vla_ppo``: ``shared`` (a value head on the policy's own features, as RL4VLA)
-            or ``separate`` (a copy of the start policy's network with its own value head).
+        critic: ``vla_ppo``'s value network (:class:`CriticConfig`).
         normalize_advantages: ``vla_ppo``: standardise each update's advantages over its
             decisions.
     """
@@ -266,50 +231,22 @@ class GroupAlgoConfig(AlgoConfig):
     iterations: int = 200
     workers: int = 1
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    init_policy: str | None = None
-    bc_demos: int = 0
+    start_policy: StartPolicyConfig = field(default_factory=StartPolicyConfig)
     demo_seed: int | None = None
-    bc_dataset: str | None = None
-    bc_epochs: int = 40
-    bc_lr: float = 3e-3
-    bc_noise: float = 0.0
-    bc_difficulty: float | None = None
-    state_pretrain_episodes: int = 0
-    state_pretrain_epochs: int = 15
-    state_pretrain_shift_pad: int = 0
-    bc_shift_pad: int = 4
-    bc_keep: str = "last"
     freeze_encoder: bool = False
-    start_states: str = "reset"
-    start_weights: dict[str, float | None] = field(
-        default_factory=lambda: {source: None for source in START_SOURCES})
-    start_demos: int = 20
-    demo_curriculum: dict[str, Any] = field(default_factory=lambda: {
-        "num_bins": 10, "low": 0.2, "high": 0.8, "min_obs": 16, "explore": 0.1})
-    replay_buffer: int = 256
-    replay_every: int = 5
+    starts: StartsConfig = field(default_factory=StartsConfig)
     reset_noise: ResetNoiseConfig = field(default_factory=ResetNoiseConfig)
     gamma: float = 0.99
     gae_lambda: float = 0.95
     vf_coef: float = 0.5
     vf_clip: float | None = 0.2
-    critic: str = "shared"
+    critic: CriticConfig = field(default_factory=CriticConfig)
     normalize_advantages: bool = True
 
     def __post_init__(self) -> None:
         from harness.objectives import AGGREGATIONS  # imports torch: here, not at import
 
         super().__post_init__()
-        check(self.start_states in START_STATES,
-              f"algo.start_states={self.start_states!r}; choose one of {START_STATES}")
-        given = {k: v for k, v in dict(self.start_weights).items() if v is not None}
-        weights = given or DEFAULT_START_WEIGHTS[self.start_states]
-        unknown = sorted(set(weights) - set(START_SOURCES))
-        check(not unknown, f"algo.start_weights has unknown sources {unknown}; the sources "
-                           f"are {START_SOURCES}")
-        check(all(w >= 0 for w in weights.values()) and sum(weights.values()) > 0,
-              f"algo.start_weights={weights}; weights must be >= 0 with a positive sum")
-        self.start_weights = {s: float(weights.get(s, 0.0)) for s in START_SOURCES}
         check(self.name in GROUP_ALGOS,
               f"algo.name={self.name!r} with the group schema; choose one of {GROUP_ALGOS}")
         self._check_sizes()
@@ -320,54 +257,25 @@ class GroupAlgoConfig(AlgoConfig):
         check(self.vf_coef >= 0, f"algo.vf_coef={self.vf_coef}; must be >= 0")
         check(self.vf_clip is None or self.vf_clip > 0,
               f"algo.vf_clip={self.vf_clip}; must be > 0, or null for no clipping")
-        check(self.critic in CRITICS, f"algo.critic={self.critic!r}; choose one of {CRITICS}")
         check(self.aggregation in AGGREGATIONS,
               f"algo.aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
         check(self.zero_signal in ZERO_SIGNAL,
               f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
-        check(self.bc_keep in BC_KEEP,
-              f"algo.bc_keep={self.bc_keep!r}; choose one of {BC_KEEP}")
-        check(self.bc_noise >= 0, f"algo.bc_noise={self.bc_noise}; must be >= 0 (a standard "
-                                  "deviation in action units)")
-        check(not self.init_policy or Path(self.init_policy).is_file(),
-              f"algo.init_policy={self.init_policy!r}: no such file (a policy written by "
-              "harness.policies.save_policy, e.g. a run's start_policy.pt)")
-        # With init_policy every bc_* option is unused, so that an experiment's arm can load
-        # another arm's saved start (harness.start_policy.keep_start_policy).
-        check(self.bc_noise == 0 or self.bc_demos > 0,
-              f"algo.bc_noise={self.bc_noise} shapes the demos that algo.bc_demos records; it "
-              f"needs algo.bc_demos > 0 (not {self.bc_demos})")
-        check(self.bc_difficulty is None or 0.0 <= self.bc_difficulty <= 1.0,
-              f"algo.bc_difficulty={self.bc_difficulty}; must be in [0, 1] or null")
-        check(not (self.bc_dataset and self.bc_demos > 0),
-              f"algo.bc_dataset={self.bc_dataset!r} and algo.bc_demos={self.bc_demos}: clone on "
-              "a dataset folder or on freshly recorded demos, not both (set algo.bc_demos=0)")
-        if self.bc_dataset:
-            try:  # every file the folder names, now: BC reads it after the run folder exists
-                validate_dataset(self.bc_dataset)
-            except (OSError, ValueError) as error:
-                raise ConfigError(f"algo.bc_dataset={self.bc_dataset!r}: {error}") from None
 
     def _check_sizes(self) -> None:
         """Counts within [1 or 0, ``MAX_COUNT``], workers within what this machine can run,
         rates in (0, 1], the clip range and the temperature within their bounds."""
         for key in ("group_size", "num_start_states", "num_iterations", "minibatch_size",
-                    "iterations", "start_demos", "replay_buffer", "replay_every", "bc_epochs",
-                    "state_pretrain_epochs"):
+                    "iterations"):
             check_count(f"algo.{key}", getattr(self, key))
-        for key in ("bc_demos", "state_pretrain_episodes"):
-            check_count(f"algo.{key}", getattr(self, key), 0)
         if self.demo_seed is not None:
             check_count("algo.demo_seed", self.demo_seed, 0, MAX_SEED)
-        for key in ("state_pretrain_shift_pad", "bc_shift_pad"):
-            check_count(f"algo.{key}", getattr(self, key), 0, MAX_SHIFT_PAD)
         check_count("algo.group_size x algo.num_start_states",
                     self.group_size * self.num_start_states)
         local = self.rollout.backend == "processes" or self.rollout.ray_address is None
         # A Ray cluster's size is checked when it is joined; this machine's is known now.
         check_count("algo.workers", self.workers, 1, max_processes() if local else MAX_COUNT)
         check_rate("algo.learning_rate", self.learning_rate)
-        check_rate("algo.bc_lr", self.bc_lr)
         check(self.max_grad_norm > 0, f"algo.max_grad_norm={self.max_grad_norm}; must be > 0")
         check(0 < self.temperature <= MAX_TEMPERATURE,
               f"algo.temperature={self.temperature}; must be in (0, {MAX_TEMPERATURE}]")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from harness.config.bounds import MAX_SEED, MAX_TIMESTEPS, check_count, check_rate
 from harness.config.errors import check
+from harness.config.seeds import TEST_SEED, VALIDATION_SEED
 from tasks.config import MAX_EPISODE_STEPS
 
 REFRESH_LABELS: tuple[str, ...] = ("claimed", "all")  # success_detectors.refresh reads the label
@@ -67,10 +68,6 @@ class LoggerConfig:
     wandb: WandbConfig | None = None
 
 
-# First test seed. Until 2026-12-05 the test range began at 1_000_000, and those 100 start states
-# had steered recipe choices; no run had played seeds near 4 * 10^9, so the reported figures are
-# now measured where nothing was chosen. Recipes are chosen on the validation seeds.
-TEST_SEED = 4_000_000_000
 
 
 @dataclass
@@ -88,8 +85,8 @@ class EvalConfig:
         episodes: Episodes per difficulty in a periodic evaluation (validation seeds).
         final_episodes: Episodes per difficulty in the final evaluation (test seeds).
         difficulties: Difficulties to evaluate; empty means ``[task.difficulty]``.
-        seed: First test seed (:data:`TEST_SEED`): these seeds give the reported figure and
-            nothing else; choose recipes on the validation seeds.
+        seed: First test seed (:data:`harness.config.seeds.TEST_SEED`): these seeds give the
+            reported figure and nothing else; choose recipes on the validation seeds.
         validation_seed: First validation seed.
         video_episodes: Episodes recorded to mp4 per evaluation (when the logger records videos).
         max_episode_steps: Step limit of every evaluation episode, the start policy's included
@@ -102,7 +99,7 @@ class EvalConfig:
     final_episodes: int = 100
     difficulties: list[float] = field(default_factory=list)
     seed: int = TEST_SEED
-    validation_seed: int = 2_000_000
+    validation_seed: int = VALIDATION_SEED
     video_episodes: int = 1
     max_episode_steps: int | None = None
 

@@ -20,6 +20,26 @@ MOVED: dict[str, str] = {
     "policy.action_head": "policy/head",
     "policy.flow_noise": "policy.head.noise",
     "policy.state_dependent_std": "policy.head.state_dependent_std",
+    # 2026-12-07: the start policy and the start states are nested blocks of the algorithm.
+    "algo.init_policy": "algo.start_policy.file",
+    "algo.bc_dataset": "algo.start_policy.dataset",
+    "algo.bc_demos": "algo.start_policy.bc.demos",
+    "algo.bc_epochs": "algo.start_policy.bc.epochs",
+    "algo.bc_lr": "algo.start_policy.bc.lr",
+    "algo.bc_noise": "algo.start_policy.bc.noise",
+    "algo.bc_difficulty": "algo.start_policy.bc.difficulty",
+    "algo.bc_shift_pad": "algo.start_policy.bc.shift_pad",
+    "algo.bc_keep": "algo.start_policy.bc.keep",
+    "algo.state_pretrain_episodes": "algo.start_policy.state_pretrain.episodes",
+    "algo.state_pretrain_epochs": "algo.start_policy.state_pretrain.epochs",
+    "algo.state_pretrain_shift_pad": "algo.start_policy.state_pretrain.shift_pad",
+    "algo.start_states": "algo.starts.source",
+    "algo.start_weights": "algo.starts.weights",
+    "algo.start_demos": "algo.starts.demos",
+    "algo.demo_curriculum": "algo.starts.curriculum",
+    "algo.replay_buffer": "algo.starts.replay_buffer",
+    "algo.replay_every": "algo.starts.replay_every",
+    "algo.critic=": "algo.critic.network",  # "=": the key itself only (its block stays)
 }
 
 

@@ -24,21 +24,15 @@ from harness.config.bounds import MAX_SEED, MAX_TIMESTEPS, check_count, max_proc
 from harness.config.curriculum import CurriculumConfig
 from harness.config.errors import ConfigError, check
 from harness.config.policy import PolicyConfig
+from harness.config.seeds import Seeds
 from harness.config.task import OBS_MODE_KEYS, TaskOptions
 from harness.demos import MAX_TRIES_PER_DEMO
 
 REWARDS: tuple[str, ...] = ("auto", "dense", "verifier")
 SB3_DEFAULT_TIMESTEPS = 100_000  # SB3's budget when total_timesteps is null
-# Seeds of the start states of group-trainer iterations: (seed + 1) * TRAIN_SEED_STRIDE + counter.
-TRAIN_SEED_STRIDE = 10_000_000
 MAX_RESAMPLE_ROUNDS = 4  # rounds of zero_signal=resample per iteration
 # The success band weighs bins by 1 - p^G - (1-p)^G; SB3 plays single episodes, not groups.
 SB3_BAND_GROUP_SIZE = 8
-STATE_PRETRAIN_SEED = 3_000_000  # noisy-expert episodes of start_policy.pretrain_state_features
-STATE_PRETRAIN_STRIDE = 10_000  # ... from STATE_PRETRAIN_SEED + seed * STATE_PRETRAIN_STRIDE
-# Scripted-expert demos (BC and demo starts) of run seed s: from s * TRAIN_SEED_STRIDE + this, so
-# that seeds differ in their demonstrations too (algo.demo_seed overrides it).
-DEMO_SEED_OFFSET = 5_000_000
 # Ranges of seeds that evaluate (validation chooses, test reports): they overlap no other range.
 # Training ranges may share seeds: BC demos and demo-start demos are both recorded from the
 # run's demo seed.
@@ -230,44 +224,52 @@ class TrainConfig:
         group_size = getattr(self.algo, "group_size", SB3_BAND_GROUP_SIZE)
         return self.curriculum.params(self.task.difficulty, group_size)
 
+    @property
+    def seeds(self) -> Seeds:
+        """Every stream of random numbers the run draws (:class:`harness.config.seeds.Seeds`);
+        nothing else reads ``seed``."""
+        demo_seed = self.algo.demo_seed if self.algo.family == "group" else None
+        return Seeds(self.seed, demo_seed)
+
     def seed_ranges(self) -> dict[str, list[int]]:
         """Every range of ``reset`` seeds this run plays, as ``{name: [first, stop)}``.
 
         ``train``: start states of training (group trainer: one seed per snapshotted start
         state; SB3: the first reset of each environment, later resets continue its RNG, and
         ``train_resumed`` the reseeding of a resumed run);
-        ``demo``: scripted-expert demos of ``algo.bc_demos`` (at most ``MAX_TRIES_PER_DEMO``
-        attempts per demo, from :func:`demo_first_seed`); ``start_demo``: the demos of ``demo``
-        starts (``algo.start_demos``, when ``algo.start_weights`` gives them a share; recorded
-        from the same first seed, ``harness.algos.start_states.demo_start_file``);
+        ``demo``: scripted-expert demos of ``algo.start_policy.bc.demos`` (at most
+        ``MAX_TRIES_PER_DEMO`` attempts per demo, from :attr:`Seeds.demos
+        <harness.config.seeds.Seeds.demos>`); ``start_demo``: the demos of ``demo`` starts
+        (``algo.starts.demos``, when ``algo.starts.weights`` gives them a share; recorded from
+        the same first seed, ``harness.algos.start_states.demo_start_file``);
         ``state_pretrain``: noisy-expert episodes of the state-feature pretraining;
         ``validation``: periodic evaluations and, for group algorithms, the start policy's,
         which choose its better decoding; ``test``: the final evaluation and the start
         policy's.
 
-        With ``algo.init_policy`` the ``demo`` and ``state_pretrain`` ranges are listed all the
-        same: the ``bc_*`` options then say how the loaded start was cloned (the arms of an
-        experiment share one, ``harness.start_policy.keep_start_policy``), and what it was
-        cloned on must stay out of evaluation. :meth:`_check_seed_ranges` refuses any overlap
-        with a ``HELD_OUT_RANGES`` range.
+        With ``algo.start_policy.file`` the ``demo`` and ``state_pretrain`` ranges are listed
+        all the same: the other ``algo.start_policy`` options then say how the loaded start was
+        cloned (the arms of an experiment share one, ``harness.start_policy.keep_start_policy``),
+        and what it was cloned on must stay out of evaluation. :meth:`_check_seed_ranges`
+        refuses any overlap with a ``HELD_OUT_RANGES`` range.
         """
-        algo, ranges = self.algo, {}
+        algo, seeds, ranges = self.algo, self.seeds, {}
         if algo.family == "group":
-            first = (self.seed + 1) * TRAIN_SEED_STRIDE
+            first = seeds.train_start(0)
             ranges["train"] = [first, first + algo.iterations * algo.num_start_states *
                                MAX_RESAMPLE_ROUNDS]
-            demos = demo_first_seed(self.seed, algo.demo_seed)
-            if algo.bc_demos > 0:
-                ranges["demo"] = [demos, demos + MAX_TRIES_PER_DEMO * algo.bc_demos]
-            if algo.start_weights["demo"] > 0:
-                ranges["start_demo"] = [demos, demos + MAX_TRIES_PER_DEMO * algo.start_demos]
-            if ((algo.bc_demos > 0 or algo.bc_dataset) and algo.state_pretrain_episodes > 0
-                    and self.task.obs_mode != "state"):
-                first = state_pretrain_first_seed(self.seed)
-                ranges["state_pretrain"] = [first, first + algo.state_pretrain_episodes]
+            start, demos = algo.start_policy, seeds.demos
+            if start.bc.demos > 0:
+                ranges["demo"] = [demos, demos + MAX_TRIES_PER_DEMO * start.bc.demos]
+            if algo.starts.shares["demo"] > 0:
+                ranges["start_demo"] = [demos, demos + MAX_TRIES_PER_DEMO * algo.starts.demos]
+            episodes = start.state_pretrain.episodes
+            if start.clones and episodes > 0 and self.task.obs_mode != "state":
+                ranges["state_pretrain"] = [seeds.state_pretrain,
+                                            seeds.state_pretrain + episodes]
         else:
             ranges["train"] = [self.seed, self.seed + self.n_envs]
-            first = (self.seed + 1) * TRAIN_SEED_STRIDE  # a resumed run reseeds its envs here
+            first = seeds.resumed_envs(0)  # a resumed run reseeds its envs here
             ranges["train_resumed"] = [first, first + self.total_timesteps + self.n_envs]
         if self.eval.every_steps or algo.family == "group":
             ranges["validation"] = [self.eval.validation_seed,
@@ -288,20 +290,6 @@ class TrainConfig:
                   f"stop) and {b} plays [{first_b}, {stop_b}); a start state must not be both "
                   "trained on (or chosen on) and evaluated on: change seed, eval.seed, "
                   "eval.validation_seed or algo.demo_seed")
-
-
-def state_pretrain_first_seed(seed: int) -> int:
-    """The reset seed of the first noisy-expert episode of run ``seed``'s state pretraining
-    (episode ``i`` plays this plus ``i``)."""
-    return STATE_PRETRAIN_SEED + seed * STATE_PRETRAIN_STRIDE
-
-
-def demo_first_seed(seed: int, demo_seed: int | None = None) -> int:
-    """The reset seed of the first attempt of run ``seed``'s scripted-expert demos (BC and demo
-    starts): ``demo_seed`` when given (``algo.demo_seed``), else
-    ``seed * TRAIN_SEED_STRIDE + DEMO_SEED_OFFSET``, so that runs of different seeds clone on
-    different demonstrations."""
-    return seed * TRAIN_SEED_STRIDE + DEMO_SEED_OFFSET if demo_seed is None else demo_seed
 
 
 def _numbers(node: Any, prefix: str = "") -> list[tuple[str, float]]:

@@ -34,7 +34,7 @@ from harness.lerobot.layout import ACTION, DONE, IMAGES, REWARD
 from harness.lerobot.video import decode_video
 from tasks.language import MAX_TOKENS, tokenize
 
-# read_info and validate_dataset are the checks the config runs on algo.bc_dataset.
+# read_info and validate_dataset are the checks the config runs on algo.start_policy.dataset.
 __all__ = ["load_lerobot", "read_info", "validate_dataset"]
 
 def load_lerobot(root: str | os.PathLike, keys: list[str] | tuple[str, ...] | None = None,

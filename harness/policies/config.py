@@ -80,6 +80,11 @@ class PolicyConfig:
         """Refuse a device this policy cannot run on (``bfloat16`` where the device lacks it);
         every device suits most kinds."""
 
+    def unfitted_warning(self) -> str | None:
+        """What a fresh policy of this config misses without behaviour cloning (an input
+        normalisation fitted on demos), or ``None``."""
+        return None
+
     def to_saved(self) -> dict[str, Any]:
         """The config as plain values (what a saved policy holds)."""
         return dataclasses.asdict(self)

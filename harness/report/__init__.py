@@ -130,7 +130,7 @@ def build_report(multirun_dir: str | Path, out_dir: str | Path | None = None,
         reference: The arm every other arm is compared with (probability of improvement,
             paired difference over seeds, env steps and wall clock); ``None`` picks
             ``algo=grpo`` when the sweep has that arm, and otherwise leaves the section out.
-        ignore: Settings that never define an arm, e.g. ``algo.init_policy`` when each seed's
+        ignore: Settings that never define an arm, e.g. ``algo.start_policy.file`` when each seed's
             arm starts from that seed's saved start (its path differs per seed).
 
     Returns:

@@ -100,7 +100,8 @@ def scan_runs(multirun_dir: str | Path, metric: str = "success_rate",
               ignore: tuple[str, ...] = ()) -> tuple[list[RunRecord], list[SkippedRun]]:
     """Every run below ``multirun_dir`` (the folder itself included), with arms assigned, and
     the folders that look like runs but cannot be reported. Settings named in ``ignore`` (e.g.
-    ``algo.init_policy`` when each seed's arm starts from that seed's saved start) never define
+    ``algo.start_policy.file`` when each seed's arm starts from that seed's saved start) never
+    define
     an arm.
 
     A folder looks like a run when it holds ``summary.json``, ``metrics.csv`` or

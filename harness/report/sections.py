@@ -288,7 +288,7 @@ def runs_section(runs: list[RunRecord], metric: str) -> list[str]:
                 "training starts"], rows), "",
         "job: the run's folder is the one starting with that number (Hydra's job number), "
         "below the named subfolder when sweeps are pooled. training starts: where training "
-        "groups started (`algo.start_states`, shares per source); held-out evaluation always "
+        "groups started (`algo.starts.source`, shares per source); held-out evaluation always "
         "starts from fresh resets.", "",
     ]
 

@@ -34,6 +34,14 @@ class MLPConfig(HeadPolicyFields, SB3PolicyFields, PolicyConfig):
         self.check_sb3_fields()
         self.check_head_fields()
 
+    def unfitted_warning(self) -> str | None:
+        """With ``normalize_state``: no behaviour cloning fits its statistics."""
+        if not self.normalize_state:
+            return None
+        return ("policy.normalize_state=true, but no behaviour cloning fits its statistics "
+                "(algo.start_policy.bc.demos=0, no algo.start_policy.dataset): the state stays "
+                "unscaled")
+
     def check_family(self, family: str, algo: str) -> None:
         """Under SB3, refuse the group trainer's options (chunks, heads, normalisation)."""
         super().check_family(family, algo)

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from harness.bc_validation import validate
-from harness.config.algos import BC_KEEP
+from harness.config.start import BC_KEEP
 from harness.demos import Demos
 from harness.policies import Policy, obs_to_batch
 from harness.policies.chunks import chunk_targets
+from harness.start_policy.bc_validation import validate
 from harness_common.stats import wilson_interval
 
 

@@ -17,9 +17,9 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 import tasks
-from harness.bc import random_shift, split_by_episode
 from harness.config import state_pretrain_first_seed
 from harness.policies import Policy, obs_to_batch
+from harness.start_policy.bc import random_shift, split_by_episode
 
 
 def pretrain_state_features(
@@ -65,7 +65,8 @@ def pretrain_state_features(
         seed: Seeds the episodes, the split and the shuffling.
         val_fraction: Share of episodes held out to report how well the state is predicted.
         shift_pad: Randomly shift the training frames by up to this many pixels
-            (:func:`harness.bc.random_shift`, DrQ); the held-out frames are never shifted. 0
+            (:func:`harness.start_policy.bc.random_shift`,
+             DrQ); the held-out frames are never shifted. 0
             trains on the frames as rendered.
         progress: Show progress bars.
 
@@ -101,7 +102,8 @@ def _standardised_states(
     val_fraction: float, seed: int,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
     """The policy's inputs, the state standardised by the training steps' statistics, and the
-    training and held-out step indices (episodes split by :func:`harness.bc.split_by_episode`)."""
+    training and held-out step indices (episodes split by
+    :func:`harness.start_policy.bc.split_by_episode`)."""
     obs = obs_to_batch({k: np.stack(v) for k, v in frames.items() if k != "state"},
                        device=device, batched=True)
     state = torch.as_tensor(np.stack(frames["state"]), dtype=torch.float32, device=device)
