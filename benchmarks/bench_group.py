@@ -26,9 +26,9 @@ import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
-from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import PerWorkerPool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.pools import PerWorkerPool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.policies import make as make_policy
 from harness.policies.saving import policy_record
 from harness_common.files import atomic_write_text

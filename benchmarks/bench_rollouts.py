@@ -29,9 +29,9 @@ import torch
 
 import tasks  # noqa: F401  (headless GL backend before MuJoCo loads)
 from harness import config as harness_config
-from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import PerWorkerPool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.rollout.batched import BatchedPool
+from harness.algos.rollout.pools import PerWorkerPool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.config.algos import RolloutConfig
 from harness.policies import make as make_policy
 from harness.policies.saving import policy_record

@@ -1,8 +1,9 @@
 """The training app: the :class:`Trainer` protocol, the run class of each algorithm, and
 ``train(config, run_dir)``.
 
-Every algorithm family is a run class that meets :class:`Trainer`: :class:`harness.algos.sb3.SB3Run`
-for PPO, A2C and TRPO, :class:`harness.algos.group.GroupRun` for the group-relative algorithms.
+Every algorithm family is a run class that meets :class:`Trainer`:
+:class:`harness.algos.sb3.run.SB3Run`
+for PPO, A2C and TRPO, :class:`harness.algos.group.run.GroupRun` for the group-relative algorithms.
 :func:`train` checks what it can before the run directory is touched (the class's
 ``preflight``, and ``validate_checkpoint`` when resuming), opens the run directory, builds the
 start policy (group algorithms: :mod:`harness.start_policy`), builds the run object around it,
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import tasks
-from harness.algos.group import GroupRun
-from harness.algos.sb3 import SB3Run
+from harness.algos.group.run import GroupRun
+from harness.algos.sb3.run import SB3Run
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn
 from harness.provenance import git_commit, machine_info, package_versions

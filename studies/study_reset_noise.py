@@ -48,10 +48,10 @@ from matplotlib.figure import Figure
 
 import tasks
 from harness import trainers
-from harness.algos.engine import RolloutEngine
-from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
-from harness.algos.group_update import GroupTrainer
-from harness.algos.records import EngineSpec, Job
+from harness.algos.group.checkpoints import policy_from_state, read_checkpoint
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.engine import RolloutEngine
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.config import TrainConfig, compose
 from harness.policies.saving import policy_record
 from harness_common.files import atomic_write_text, read_metrics

@@ -15,12 +15,12 @@ import pytest
 import tasks
 from harness import curriculum as curricula
 from harness import trainers
-from harness.algos.collect import collect_groups
-from harness.algos.group_checkpoints import read_checkpoint
-from harness.algos.records import HostSpec
-from harness.algos.rollouts import EnvHost
-from harness.algos.sb3_envs import make_env_factory
-from harness.algos.start_states import StartStates
+from harness.algos.group.checkpoints import read_checkpoint
+from harness.algos.group.collect import collect_groups
+from harness.algos.group.start_states import StartStates
+from harness.algos.rollout.core import EnvHost
+from harness.algos.rollout.records import HostSpec
+from harness.algos.sb3.envs import make_env_factory
 from harness.config import ConfigError, compose
 from harness.curriculum import (
     AdrEpisode,

@@ -204,7 +204,7 @@ def test_verifier_warns_once_on_a_checkpoint_without_mounts(files):
 
 
 def test_group_trainer_verifier_checks_the_mounts(files):
-    from harness.algos.collect import build_detector
+    from harness.algos.group.collect import build_detector
 
     def config(checkpoint: Path) -> SimpleNamespace:
         return SimpleNamespace(detector={"name": "cnn", "checkpoint": str(checkpoint)},

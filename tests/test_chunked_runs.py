@@ -14,10 +14,10 @@ import torch
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group_checkpoints import policy_fn
-from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import make_pool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.group.checkpoints import policy_fn
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.pools import make_pool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.evaluation import evaluate
 from harness.policies import make, tokens_to_actions
 from harness.policies.saving import policy_record
@@ -117,8 +117,8 @@ def test_a_chunked_run_trains_end_to_end_and_evaluates_in_chunks(tmp_path, monke
     """BC on chunks of demonstrations, two iterations of GRPO with ``H = 4, k = 2``, greedy
     evaluations: the run's checkpoint holds the chunked policy, and its evaluation asks the
     policy once per ``k`` steps, in the pool as one episode at a time."""
-    from harness.algos.collect import evaluate_in_pool
-    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group.checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group.collect import evaluate_in_pool
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     config = harness_config.compose([*FAST, "algo.iterations=2", "algo.start_policy.bc.demos=4",

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional as F
 
-from harness.algos.group_update import attempt_tensor
+from harness.algos.group.update import attempt_tensor
 from harness.config.errors import ConfigError
 from harness.demos import Demos
 from harness.policies import (

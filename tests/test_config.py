@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 import tasks
 from harness import trainers
-from harness.algos.group import GroupRun
-from harness.algos.sb3 import SB3Run
+from harness.algos.group.run import GroupRun
+from harness.algos.sb3.run import SB3Run
 from harness.config import (
     CONF_DIR,
     SB3_DEFAULT_TIMESTEPS,
@@ -262,7 +262,7 @@ def test_policy_name_must_match_its_schema():
       {"name", "net_arch", "activation", "log_std_init", "features_dim"})],
 )
 def test_checkpoint_metadata_holds_what_sb3_rebuilds_its_network_from(overrides, read):
-    """``harness.algos.sb3.build_model`` rebuilds the network from the metadata's ``policy``,
+    """``harness.algos.sb3.run.build_model`` rebuilds the network from the metadata's ``policy``,
     as ``harness.runs.Run.checkpoint_metadata`` stores it."""
     config = compose(overrides)
     assert read <= set(OmegaConf.to_container(OmegaConf.structured(config.policy)))

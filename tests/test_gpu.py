@@ -139,7 +139,7 @@ def test_group_trainer_runs_hf_vla(tmp_path, monkeypatch, device, mode, dtype):
     summary = trainers.train(cfg, tmp_path / "run")
     assert summary["iterations"] == 2 and summary["device"] == device
     assert math.isfinite(summary["success_rate"])
-    from harness.algos.group_checkpoints import read_checkpoint
+    from harness.algos.group.checkpoints import read_checkpoint
 
     state = read_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt")
     assert all(v.device.type == "cpu" for v in state["trainer"]["policy"].values())

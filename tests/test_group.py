@@ -216,10 +216,10 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
     success, length and return as :func:`harness.evaluation.evaluate` one episode at a time,
     imperfection noise included, at two difficulties."""
     import tasks
-    from harness.algos.collect import evaluate_in_pool
-    from harness.algos.group_checkpoints import policy_fn
-    from harness.algos.pools import make_pool
-    from harness.algos.records import EngineSpec, Job
+    from harness.algos.group.checkpoints import policy_fn
+    from harness.algos.group.collect import evaluate_in_pool
+    from harness.algos.rollout.pools import make_pool
+    from harness.algos.rollout.records import EngineSpec, Job
     from harness.evaluation import evaluate
     from harness.policies import load_policy, make
     from harness.policies.saving import policy_record
@@ -255,7 +255,7 @@ def test_greedy_evaluation_in_the_pool_plays_the_episodes_of_the_sequential_one(
 
 def test_evaluation_in_the_pool_refuses_an_empty_request(weak_bc_policy):
     import tasks
-    from harness.algos.collect import evaluate_in_pool
+    from harness.algos.group.collect import evaluate_in_pool
     from harness.policies import load_policy
 
     env = tasks.make("reach", obs_mode="state")
@@ -277,7 +277,7 @@ def test_frozen_encoder_trains_only_what_reads_the_image_features(tmp_path):
     """``algo.freeze_encoder``: the encoder ends as it started, the rest moves, and the cached
     features give the very log-probabilities the pixels give."""
     import tasks
-    from harness.algos.group_checkpoints import policy_from_state
+    from harness.algos.group.checkpoints import policy_from_state
     from harness.policies import obs_to_batch
 
     # critic: r - V(s0) moves the policy even when every attempt of a fresh policy fails
@@ -313,9 +313,9 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
     import copy
 
     import tasks
-    from harness.algos.engine import RolloutEngine
-    from harness.algos.group_update import GroupTrainer
-    from harness.algos.records import EngineSpec, Job
+    from harness.algos.group.update import GroupTrainer
+    from harness.algos.rollout.engine import RolloutEngine
+    from harness.algos.rollout.records import EngineSpec, Job
     from harness.policies import make
     from harness.policies.saving import policy_record
 

@@ -1,4 +1,4 @@
-"""The group trainer's checkpoint format (harness.algos.group_checkpoints): a checkpoint saved
+"""The group trainer's checkpoint format (harness.algos.group.checkpoints): a checkpoint saved
 before the format was versioned resumes to the very run an uninterrupted one gives; one that
 lacks a field a resume reads, or comes from a newer harness, is refused by name before the run
 directory changes. Real runs on state reach with a tiny MLP."""
@@ -13,14 +13,14 @@ import torch
 
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group import GroupRun
-from harness.algos.group_checkpoints import (
+from harness.algos.group.checkpoints import (
     CHECKPOINT_FORMAT,
     FORMAT_3_DEFAULTS,
     RESUME_KEYS,
     migrate,
     read_checkpoint,
 )
+from harness.algos.group.run import GroupRun
 from harness.runs import CheckpointError
 from harness_common.files import read_metrics, sha256_of
 
@@ -126,7 +126,7 @@ def test_a_format_two_checkpoint_resumes_without_the_gain_over_the_better_start(
         state["format"] = 2
 
     rewrite(latest, as_format_two)
-    with caplog.at_level("INFO", logger="harness.algos.group_summary"):
+    with caplog.at_level("INFO", logger="harness.algos.group.summary"):
         resumed, resumed_metrics = run(tmp_path, "resumed", "algo.iterations=3", "resume=true")
     assert "without improvement_vs_best_start" in caplog.text
     new = ("best_start_decoding", "improvement_vs_best_start",

@@ -16,9 +16,9 @@ from hydra.errors import ConfigCompositionException
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import make_pool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.pools import make_pool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.config.errors import ConfigError
 from harness.policies import make, obs_to_batch
 from harness.policies.heads.base import gaussian_log_density
@@ -183,7 +183,7 @@ def test_every_group_algorithm_updates_every_head(head, algo):
 def test_a_head_run_clones_trains_saves_and_evaluates(head, tmp_path, monkeypatch):
     """BC on chunks of demonstrations by the head's own loss, two iterations of GRPO, greedy
     evaluations; the checkpoint holds the head, and a reload acts as the run's policy did."""
-    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group.checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     config = harness_config.compose([*_fast(head), "algo.iterations=2",

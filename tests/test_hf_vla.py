@@ -106,7 +106,7 @@ def test_teacher_forced_log_probs_equal_those_of_decoding(env, obs, model):
 
 
 def test_lora_reference_is_the_model_with_adapters_off(env, obs):
-    from harness.algos.group_update import GroupTrainer
+    from harness.algos.group.update import GroupTrainer
 
     cfg = harness_config.compose([*PIXELS, "policy.model=tiny:idefics3", "algo.beta=0.1"])
     policy = make(cfg.policy, env.observation_space)
@@ -242,7 +242,7 @@ def test_lora_run_resumes_with_its_adapters_and_reference(tmp_path, monkeypatch)
     """A LoRA run killed after one iteration continues from its checkpoint: the fine-tuned
     adapters come back, and the reference is again the model with them switched off."""
     from harness import trainers
-    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group.checkpoints import policy_from_state, read_checkpoint
 
     monkeypatch.chdir(tmp_path)
 

@@ -13,8 +13,8 @@ import pytest
 
 import tasks
 from harness import trainers
-from harness.algos.records import HostSpec, Job
-from harness.algos.rollouts import EnvHost
+from harness.algos.rollout.core import EnvHost
+from harness.algos.rollout.records import HostSpec, Job
 from harness.config import ConfigError, compose
 from tasks.perturb import ResetNoise, _penetrations, perturb_start, perturbed_snapshots
 from tasks.wrappers import (

@@ -13,7 +13,8 @@ import pytest
 
 from harness import config as harness_config
 from harness import trainers
-from harness.algos import group, hooks
+from harness.algos import hooks
+from harness.algos.group import run as group
 
 TINY = [
     "task=reach", "task.obs_mode=state", "task.max_episode_steps=10", "policy=mlp",

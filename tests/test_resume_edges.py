@@ -22,7 +22,7 @@ import pytest
 
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group import GroupRun
+from harness.algos.group.run import GroupRun
 from harness.runs import CheckpointError
 from harness_common.files import read_metrics
 
@@ -111,7 +111,7 @@ def test_a_run_stopped_between_its_validation_and_final_rows_resumes_to_the_same
 KILLED_AT_THE_FINAL_ROWS = textwrap.dedent("""
     import os, signal, sys
     from harness import config, trainers
-    from harness.algos.group import GroupRun
+    from harness.algos.group.run import GroupRun
 
     real = GroupRun._test_both
 

@@ -20,9 +20,9 @@ import torch
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.batched_pool import BatchedPool
-from harness.algos.pools import PerWorkerPool, make_pool
-from harness.algos.records import EngineSpec, Job, RolloutWorkerError
+from harness.algos.rollout.batched import BatchedPool
+from harness.algos.rollout.pools import PerWorkerPool, make_pool
+from harness.algos.rollout.records import EngineSpec, Job, RolloutWorkerError
 from harness.config import ConfigError
 from harness.config.algos import RolloutConfig
 from harness.policies import make, sample_tokens
@@ -160,7 +160,7 @@ def test_jobs_and_specs_that_are_not_records_are_refused():
     policy, jobs, spec = _jobs(4)
     with PerWorkerPool(spec, 1) as pool, pytest.raises(TypeError, match=r"jobs\[2\] is a tuple"):
         pool.run(policy, [*jobs[:2], (jobs[2].snapshot, 0, 0.3)], 1.0, seed=0)
-    with pytest.raises(TypeError, match="expected a harness.algos.records.EngineSpec"):
+    with pytest.raises(TypeError, match="expected a harness.algos.rollout.records.EngineSpec"):
         make_pool(RolloutConfig(), 1, ("reach", {}, policy.config, policy.obs_shapes, 6))
     with pytest.raises(ValueError, match="num_envs=0"):
         EngineSpec("reach", {}, policy_record(policy), 0)

@@ -124,7 +124,7 @@ def test_a_crafted_sb3_zip_has_its_pickles_ignored(tmp_path):
 
 def test_sb3_saves_its_last_checkpoint_before_the_final_evaluation(tmp_path, monkeypatch):
     """A failure in the final evaluation loses no training: ``latest`` already holds the end."""
-    from harness.algos import sb3
+    from harness.algos.sb3 import run as sb3
 
     def broken(self, split, sampled=False, videos=0):
         raise RuntimeError("the final evaluation failed")

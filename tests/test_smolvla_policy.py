@@ -21,10 +21,10 @@ from hydra.errors import ConfigCompositionException
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group_checkpoints import policy_from_state
-from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import make_pool
-from harness.algos.records import EngineSpec, Job
+from harness.algos.group.checkpoints import policy_from_state
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.pools import make_pool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.config.errors import ConfigError
 from harness.policies import make, obs_to_batch
 from harness.policies.heads.base import gaussian_log_density
@@ -156,7 +156,7 @@ def test_a_smolvla_run_clones_trains_saves_and_resumes(tmp_path, monkeypatch):
     """Demos -> BC by SmolVLA's flow-matching loss -> GRPO -> greedy evaluation; the
     checkpoint reloads as a SmolVLA policy, and two iterations plus a resume give the run of
     three."""
-    from harness.algos.group_checkpoints import read_checkpoint
+    from harness.algos.group.checkpoints import read_checkpoint
 
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     extra = ["algo.start_policy.bc.demos=2", "algo.start_policy.bc.epochs=2"]

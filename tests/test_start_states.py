@@ -12,9 +12,9 @@ import tasks
 from harness import config as harness_config
 from harness import curriculum as curricula
 from harness import trainers
-from harness.algos.pools import PerWorkerPool
-from harness.algos.records import EngineSpec, Job
-from harness.algos.start_states import StartStates
+from harness.algos.group.start_states import StartStates
+from harness.algos.rollout.pools import PerWorkerPool
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.config import ConfigError
 from harness.demos import collect_demos, load_demo_snapshots, load_demos
 from harness.policies import make

@@ -178,7 +178,7 @@ def test_resume_from_a_corrupt_checkpoint_says_so(ppo_run, tmp_path, damage, mon
         (run_dir / "checkpoints" / "latest.json").write_text('{"algo": "ppo", ')
     else:
         checkpoint.unlink()
-    import harness.algos.sb3 as sb3
+    import harness.algos.sb3.run as sb3
 
     monkeypatch.setattr(sb3, "make_vec_env", lambda *a: pytest.fail("an env was started"))
     with pytest.raises(CheckpointError, match="corrupt|does not exist"):

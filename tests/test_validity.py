@@ -113,9 +113,9 @@ def test_sb3_curriculum_learns_from_the_verifier_not_the_ground_truth(tmp_path, 
 # --------------------------------------------------------------------------- the update
 def _rollout_and_trainer(*overrides):
     """A real rollout of 2 groups of 4 attempts on reach, and a trainer for it."""
-    from harness.algos.group_update import GroupTrainer
-    from harness.algos.pools import PerWorkerPool
-    from harness.algos.records import EngineSpec, Job
+    from harness.algos.group.update import GroupTrainer
+    from harness.algos.rollout.pools import PerWorkerPool
+    from harness.algos.rollout.records import EngineSpec, Job
     from harness.policies import make
     from harness.policies.saving import policy_record
 
@@ -243,7 +243,7 @@ def test_drop_divides_by_the_kept_attempts_only():
     """An update on [informative group, all-failed group] with ``drop`` is the update on the
     informative group alone: the dropped group is neither in the numerator nor the divisor
     (with ``keep`` it dilutes the step)."""
-    from harness.algos.rollouts import RolloutBatch
+    from harness.algos.rollout.core import RolloutBatch
 
     def sub(batch: RolloutBatch, group: int) -> RolloutBatch:
         attempts = np.flatnonzero(batch.group == group)
@@ -401,7 +401,7 @@ def test_summary_reports_seed_ranges_paired_statistics_and_both_decodings(tmp_pa
 def test_the_start_decoding_is_chosen_on_validation_and_paired_on_test():
     """The sampled start is the baseline only when it beats greedy on the validation seeds;
     the gain pairs the final greedy outcomes with that decoding's test outcomes."""
-    from harness.algos.group_summary import StartBaseline, paired_gains
+    from harness.algos.group.summary import StartBaseline, paired_gains
     from harness.evaluation import Episode, EvaluationResult
 
     def result(successes):
@@ -428,7 +428,7 @@ def test_the_start_decoding_is_chosen_on_validation_and_paired_on_test():
 
 
 def test_periodic_evaluations_play_the_validation_seeds(tmp_path, monkeypatch):
-    import harness.algos.group as group
+    import harness.algos.group.run as group
 
     seeds = []
     real = group.evaluate

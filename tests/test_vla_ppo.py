@@ -13,7 +13,7 @@ import torch
 import tasks
 from harness import config as harness_config
 from harness import trainers
-from harness.algos.group_update import GroupTrainer, explained_variance
+from harness.algos.group.update import GroupTrainer, explained_variance
 from harness.config import ConfigError
 from harness.objectives import policy_loss
 from harness.policies import make

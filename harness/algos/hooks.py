@@ -1,8 +1,8 @@
 """What every trainer's loop shares: step schedules, the time guard, the choice of ``best``,
 handing freed memory back to the operating system.
 
-The SB3 trainer calls these from its callbacks (:mod:`harness.algos.sb3`), the group trainer
-from its loop (:mod:`harness.algos.group`), so that periodic evaluation, checkpoints, the
+The SB3 trainer calls these from its callbacks (:mod:`harness.algos.sb3.run`), the group trainer
+from its loop (:mod:`harness.algos.group.run`), so that periodic evaluation, checkpoints, the
 ``max_minutes`` guard and the ``best`` checkpoint behave the same for every algorithm, and a
 resumed run continues each schedule where the checkpoint left it.
 """

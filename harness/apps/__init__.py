@@ -6,6 +6,14 @@ Importing the package registers ``${data_dir:}`` (:func:`harness_common.paths.da
 the configs use for the data they write and read by default.
 """
 
+from pathlib import Path
+
 from harness_common.paths import register_resolver
 
 register_resolver()
+
+
+def conf_file(name: str) -> Path:
+    """The package's config file ``conf/<name>.yaml`` (whose ``hydra.help`` is the app's
+    ``--help``)."""
+    return Path(__file__).resolve().parents[1] / "conf" / f"{name}.yaml"

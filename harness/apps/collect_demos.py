@@ -24,6 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness.config import TaskOptions
 from harness.demos import DEMO_LABELS, collect_demos
 from harness_common.cli import run_app
@@ -92,7 +93,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, help_file=conf_file("collect_demos"))
 
 
 if __name__ == "__main__":

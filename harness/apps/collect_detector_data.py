@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 
 # The key this app once had, and the one that replaces it (refused with the new spelling).
@@ -58,7 +59,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv, renamed=RENAMED)
+    return run_app(app, argv, renamed=RENAMED, help_file=conf_file("collect_detector_data"))
 
 
 if __name__ == "__main__":

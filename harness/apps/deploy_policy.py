@@ -31,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a key spelt the old way, a missing or foreign model
     file, a task whose observations the model does not take)."""
-    return run_app(deploy_policy, argv, renamed=RENAMED)
+    return run_app(deploy_policy, argv, renamed=RENAMED, help_file=conf_file("deploy_policy"))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ A Hydra app over ``conf/evaluate.yaml`` (``--help`` lists the keys, ``--cfg job`
 ``-m`` sweeps them). ``checkpoint`` is a run directory (its best checkpoint, else its latest), a
 ``checkpoints/`` folder, a checkpoint file or its metadata JSON. The metadata's ``algo`` picks the
 loader (``harness.checkpoints.evaluate_checkpoint``: SB3 for ppo/a2c/trpo,
-``harness.algos.group`` otherwise). Prints the success rate with its 95% Wilson interval, the mean
+``harness.algos.group.run`` otherwise). Prints the success rate with its 95% Wilson interval, the
+mean
 episode length and a per-difficulty table.
 
 Keys (typed by :class:`EvaluateConfig`): ``episodes`` (per difficulty), ``difficulties=[0.5,1.0]``
@@ -34,6 +35,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 from harness_common.files import atomic_write_text, to_json
 
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a key spelt the old way, a missing or corrupt
     checkpoint)."""
-    return run_app(evaluate, argv, renamed=RENAMED)
+    return run_app(evaluate, argv, renamed=RENAMED, help_file=conf_file("evaluate"))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 from harness_common.files import write_json
 
@@ -86,7 +87,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, help_file=conf_file("evaluate_detector"))
 
 
 if __name__ == "__main__":

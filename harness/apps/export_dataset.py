@@ -22,6 +22,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness.lerobot import FORMATS, PIX_FMTS, export_lerobot
 from harness_common.cli import run_app
 
@@ -70,7 +71,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, help_file=conf_file("export_dataset"))
 
 
 if __name__ == "__main__":

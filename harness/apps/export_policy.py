@@ -37,6 +37,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 from harness_common.files import atomic_write, sha256_of
 
@@ -88,7 +89,7 @@ def load_checkpoint_policy(checkpoint: str, reference: bool = False
     """
     # Here and in export_policy(), not at the top: torch and the harness load only for an
     # export (not for --help, --cfg job).
-    from harness.algos.group_checkpoints import policy_from_state, read_checkpoint
+    from harness.algos.group.checkpoints import policy_from_state, read_checkpoint
     from harness.config import GROUP_ALGOS, SB3_ALGOS
     from harness.runs import resolve_checkpoint
 
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a missing or corrupt checkpoint, a policy that cannot be
     exported, a failed parity check, an existing ``out`` folder without ``overwrite``)."""
-    return run_app(export_policy, argv)
+    return run_app(export_policy, argv, help_file=conf_file("export_policy"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ full difficulty (goal 6-18 cm away, two distractor cubes, the instruction naming
    tokens, keeping the epoch with the lowest loss on held-out demos;
 3. evaluate the BC policy, greedy and sampled, on the validation seeds (which choose its better
    decoding) and on the held-out test seeds;
-4. fine-tune it with GRPO (``harness.algos.group``) for ``algo.iterations`` iterations (about
+4. fine-tune it with GRPO (``harness.algos.group.run``) for ``algo.iterations`` iterations (about
    17 minutes on 2 idle cores for the whole job; ``max_minutes`` is only a guard, and
    ``summary.json`` says whether it cut the run short); the BC weights are also the KL
    reference, and the image encoder stays as BC left it (``algo.freeze_encoder``), which makes
@@ -43,6 +43,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import config as harness_config
+from harness.apps import conf_file
 from harness_common.cli import run_app
 from harness_common.files import write_json
 
@@ -91,7 +92,7 @@ def before_after_table(summary: dict[str, Any], config: harness_config.TrainConf
     and where the run is.
 
     Args:
-        summary: The run's summary (``harness.algos.group_summary.paired_gains``'s keys).
+        summary: The run's summary (``harness.algos.group.summary.paired_gains``'s keys).
         config: The run's ``harness.config.TrainConfig``.
         run_dir: The run directory.
         figure: The learning curve.
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     except harness_config.ConfigError as error:
         print(f"main: {error}", file=sys.stderr)
         return 1
-    return run_app(main_job, args, moved=harness_config.MOVED)
+    return run_app(main_job, args, moved=harness_config.MOVED, help_file=conf_file("train"))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import config as harness_config
+from harness.apps import conf_file
 from harness_common.cli import run_app
 
 
@@ -64,7 +65,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, help_file=conf_file("mine_hard_negatives"))
 
 
 if __name__ == "__main__":

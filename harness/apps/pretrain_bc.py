@@ -27,6 +27,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.apps import conf_file
 from harness.config import MOVED, PolicyConfig
 from harness.demos import load_demos, rebuild_env
 from harness_common.cli import run_app
@@ -132,7 +133,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv, moved=MOVED)
+    return run_app(app, argv, moved=MOVED, help_file=conf_file("pretrain_bc"))
 
 
 if __name__ == "__main__":

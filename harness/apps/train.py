@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import config as harness_config
+from harness.apps import conf_file
 from harness_common.cli import run_app
 
 harness_config.register_configs()
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except harness_config.ConfigError as error:
         print(f"train: {error}", file=sys.stderr)
         return 1
-    return run_app(app, args, moved=harness_config.MOVED)
+    return run_app(app, args, moved=harness_config.MOVED, help_file=conf_file("train"))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from harness.apps import conf_file
 from harness_common.cli import run_app
 
 
@@ -67,7 +68,7 @@ def app(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status."""
-    return run_app(app, argv)
+    return run_app(app, argv, help_file=conf_file("train_detector"))
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ class CriticConfig:
 
 @dataclass
 class GroupAlgoConfig(AlgoConfig):
-    """Knobs of the group-relative fine-tuner (``harness.algos.group``); the name picks the
+    """Knobs of the group-relative fine-tuner (``harness.algos.group.run``); the name picks the
     advantage estimator (``harness.objectives.ESTIMATORS``). Every count is at most
     ``harness.config.bounds.MAX_COUNT`` (10^6). The start policy and the start states are nested
     blocks (``algo.start_policy``, ``algo.starts``, :mod:`harness.config.start`).

@@ -100,7 +100,7 @@ class Seeds:
 
     def attempts(self, iteration: int, round_: int) -> tuple[int, int, int]:
         """Seed of a rollout call: attempt ``i`` of it samples from ``SeedSequence([*this,
-        i])`` (:func:`harness.algos.rollouts.attempt_generators`)."""
+        i])`` (:func:`harness.algos.rollout.core.attempt_generators`)."""
         return (self.run, iteration, round_)
 
     def reset_noise(self, iteration: int, round_: int, attempt: int) -> list[int]:

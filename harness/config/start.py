@@ -5,7 +5,7 @@ its groups (``algo.starts``), each a nested block of the group algorithms' confi
 the run: a saved policy (``file``), or a clone (behaviour cloning, ``bc``, on recorded demos or on
 a LeRobot ``dataset``, after an optional state-feature pretraining, ``state_pretrain``), or fresh
 weights. ``algo.starts`` is where each group's G attempts start from
-(:mod:`harness.algos.start_states`).
+(:mod:`harness.algos.group.start_states`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class StartPolicyConfig:
 
 @dataclass
 class StartsConfig:
-    """``algo.starts``: where each group's attempts start (``harness.algos.start_states``).
+    """``algo.starts``: where each group's attempts start (``harness.algos.group.start_states``).
 
     Attributes:
         source: ``reset`` (fresh resets), ``demo`` (states along expert demonstrations, by a

@@ -241,7 +241,7 @@ class TrainConfig:
         ``MAX_TRIES_PER_DEMO`` attempts per demo, from :attr:`Seeds.demos
         <harness.config.seeds.Seeds.demos>`); ``start_demo``: the demos of ``demo`` starts
         (``algo.starts.demos``, when ``algo.starts.weights`` gives them a share; recorded from
-        the same first seed, ``harness.algos.start_states.demo_start_file``);
+        the same first seed, ``harness.algos.group.start_states.demo_start_file``);
         ``state_pretrain``: noisy-expert episodes of the state-feature pretraining;
         ``validation``: periodic evaluations and, for group algorithms, the start policy's,
         which choose its better decoding; ``test``: the final evaluation and the start

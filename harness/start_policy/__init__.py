@@ -10,7 +10,8 @@ demos -> state-feature pretraining -> behaviour cloning -> the start policy, as
 * otherwise fresh weights.
 
 The training app calls :func:`build_start_policy` and hands the result to the trainer
-(:class:`harness.algos.group.GroupRun`), which keeps it as its KL reference; the start is saved as
+(:class:`harness.algos.group.run.GroupRun`), which keeps it as its KL reference; the start is saved
+as
 ``<run dir>/start_policy.pt`` so that the arms of an ablation can share it.
 """
 

@@ -5,10 +5,10 @@ papers (Shao et al. 2024; Liu et al. 2025):
 
 1. draw B start states (difficulty from the curriculum, reset through its ``reset_options``)
    and snapshot them;
-2. roll out G attempts from each by restoring its snapshot (:mod:`harness.algos.rollouts`);
+2. roll out G attempts from each by restoring its snapshot (:mod:`harness.algos.rollout.core`);
 3. score every attempt with the verifier (``reward=verifier``: the scripted predicate, or a
    learned detector on the last frame) -> one binary reward per attempt;
-4. advantages per group by the estimator (:class:`~harness.algos.group_update.GroupTrainer`);
+4. advantages per group by the estimator (:class:`~harness.algos.group.update.GroupTrainer`);
    groups whose advantages are all zero carry no signal and are counted, and kept, dropped or
    re-sampled (``algo.zero_signal``);
 5. ``num_iterations`` epochs of minibatch updates of the clipped surrogate
@@ -18,7 +18,7 @@ papers (Shao et al. 2024; Liu et al. 2025):
 Evaluation: the start policy and the final policy play the same test seeds (``eval.seed``),
 greedy and sampled, and the summary gives the paired difference with its interval and exact
 McNemar p-value, against the start's greedy decoding and against its better decoding, chosen on
-the validation seeds (:mod:`harness.algos.group_summary`); periodic evaluations and the ``best``
+the validation seeds (:mod:`harness.algos.group.summary`); periodic evaluations and the ``best``
 checkpoint use the validation seeds (``eval.validation_seed``).
 
 An attempt's tokens are every action dimension of every step it played (with action chunks, the
@@ -40,19 +40,20 @@ from tqdm import tqdm
 
 import tasks
 from harness import curriculum as curricula
-from harness.algos import group_checkpoints as checkpoints
-from harness.algos import group_summary, pools, ray_cluster
-from harness.algos.collect import (
+from harness.algos.group import checkpoints
+from harness.algos.group import summary as group_summary
+from harness.algos.group.collect import (
     build_detector,
     build_refresher,
     collect_groups,
     evaluate_in_pool,
     rollout_metrics,
 )
-from harness.algos.group_update import GroupTrainer
+from harness.algos.group.start_states import StartStates, demo_start_file
+from harness.algos.group.update import GroupTrainer
 from harness.algos.hooks import Schedule, TimeGuard, better, release_free_memory, score
-from harness.algos.records import EngineSpec
-from harness.algos.start_states import StartStates, demo_start_file
+from harness.algos.rollout import pools, ray_cluster
+from harness.algos.rollout.records import EngineSpec
 from harness.config import TrainConfig
 from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
@@ -153,7 +154,7 @@ class GroupRun:
 
     # ------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resume needs (:mod:`harness.algos.group_checkpoints` has the format)."""
+        """Everything a resume needs (:mod:`harness.algos.group.checkpoints` has the format)."""
         record = policy_record(self.policy)
         return {
             "format": checkpoints.CHECKPOINT_FORMAT, "policy_config": record["config"],
@@ -173,7 +174,7 @@ class GroupRun:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (:meth:`state_dict`, or an older format after
-        :func:`~harness.algos.group_checkpoints.migrate`).
+        :func:`~harness.algos.group.checkpoints.migrate`).
 
         Raises:
             harness.runs.CheckpointError: A field a resume reads is missing.

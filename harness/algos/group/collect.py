@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.algos.group_update import GroupTrainer
-from harness.algos.pools import RolloutPool
-from harness.algos.records import Job
-from harness.algos.rollouts import RolloutBatch
-from harness.algos.start_states import Start, StartStates
+from harness.algos.group.start_states import Start, StartStates
+from harness.algos.group.update import GroupTrainer
+from harness.algos.rollout.core import RolloutBatch
+from harness.algos.rollout.pools import RolloutPool
+from harness.algos.rollout.records import Job
 from harness.config import MAX_RESAMPLE_ROUNDS
 from harness.evaluation import Episode, EvaluationResult
 from tasks.perturb import ResetNoise, perturbed_snapshots
@@ -152,7 +152,7 @@ def _draw_round(cfg, starts: StartStates, needed: int, noise: ResetNoise, iterat
     for group in range(needed):
         episode = adr.sample() if adr is not None else None
         options = adr.reset_options(episode) if episode is not None else {}
-        if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group)
+        if episode is not None:  # starts.env is a NextResetOptions (harness.algos.group.run)
             starts.env.set_next(options)
         start, start_counter = starts.draw(start_counter)
         if episode is not None:
@@ -190,7 +190,7 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, starts: StartS
     """Roll out, score and weigh one iteration's groups; feed the curricula the verdicts.
 
     Each group's start comes from ``starts`` (fresh resets at the curriculum's difficulty,
-    demonstration states or replays: :mod:`harness.algos.start_states`), which is fed the
+    demonstration states or replays: :mod:`harness.algos.group.start_states`), which is fed the
     verifier's outcomes of the groups it started.
 
     With ``zero_signal=resample`` groups without signal are replaced by fresh ones, up to
@@ -198,7 +198,7 @@ def collect_groups(cfg, pool: RolloutPool, trainer: GroupTrainer, starts: StartS
 
     Args:
         cfg: The run's config.
-        pool: The rollout pool (:func:`harness.algos.pools.make_pool`).
+        pool: The rollout pool (:func:`harness.algos.rollout.pools.make_pool`).
         trainer: Its policy plays the attempts; its estimator weighs them.
         starts: Where each group starts.
         detector: The learned verifier, or ``None`` for the scripted predicate.
@@ -290,7 +290,7 @@ def evaluate_in_pool(pool: RolloutPool, policy, env, episodes: int, difficulties
     (its last bits can, in principle, turn a near-tie between two tokens).
 
     Args:
-        pool: A rollout pool (:func:`harness.algos.pools.make_pool`) of the task ``env`` is.
+        pool: A rollout pool (:func:`harness.algos.rollout.pools.make_pool`) of the task ``env`` is.
         policy: The token policy to evaluate (its weights go to the workers).
         env: An environment of the task under the pool's options, used to make the starts.
         episodes: Episodes per difficulty.

@@ -6,13 +6,15 @@ the number of workers, the backend (``algo.rollout.backend``: worker processes o
 or Ray actors on a local instance or a cluster) and the mode (``algo.rollout.mode``):
 
 * :class:`PerWorkerPool` (``per_worker``): each worker holds its environments and a copy of the
-  policy (:class:`~harness.algos.engine.RolloutEngine`) and plays its chunk alone; weights are
+  policy (:class:`~harness.algos.rollout.engine.RolloutEngine`) and plays its chunk alone; weights
+  are
   sent only when they changed since a worker last received them.
-* :class:`~harness.algos.batched_pool.BatchedPool` (``batched``): workers hold only
+* :class:`~harness.algos.rollout.batched.BatchedPool` (``batched``): workers hold only
   environments and the learner's own policy makes one batched forward pass per control step.
 
 Both place their workers, replace the dead ones and play their attempts again through
-:class:`~harness.algos.workers.WorkerSet`, so nothing is lost or counted twice; the pool counts
+:class:`~harness.algos.rollout.workers.WorkerSet`, so nothing is lost or counted twice; the pool
+counts
 the restarts.
 """
 
@@ -23,10 +25,10 @@ from typing import Protocol
 
 import torch
 
-from harness.algos.batched_pool import BatchedPool
-from harness.algos.records import Call, EngineSpec, Job, WorkerDied, check_jobs
-from harness.algos.rollouts import RolloutBatch
-from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
+from harness.algos.rollout.batched import BatchedPool
+from harness.algos.rollout.core import RolloutBatch
+from harness.algos.rollout.records import Call, EngineSpec, Job, WorkerDied, check_jobs
+from harness.algos.rollout.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
 from harness.policies import Policy
 
@@ -84,7 +86,7 @@ class PerWorkerPool(PoolBase):
             The attempts, in job order.
 
         Raises:
-            TypeError: An entry of ``jobs`` is not a :class:`~harness.algos.records.Job`.
+            TypeError: An entry of ``jobs`` is not a :class:`~harness.algos.rollout.records.Job`.
             RolloutWorkerError: A worker raised, or workers died too often.
         """
         check_jobs(jobs)
@@ -136,13 +138,13 @@ def make_pool(rollout: RolloutConfig, workers: int, spec: EngineSpec,
             ``rollout_mode``: ``batched`` for models of several GB).
 
     Returns:
-        A :class:`PerWorkerPool` or a :class:`~harness.algos.batched_pool.BatchedPool`.
+        A :class:`PerWorkerPool` or a :class:`~harness.algos.rollout.batched.BatchedPool`.
 
     Raises:
-        TypeError: ``spec`` is not an :class:`~harness.algos.records.EngineSpec`.
+        TypeError: ``spec`` is not an :class:`~harness.algos.rollout.records.EngineSpec`.
     """
     if not isinstance(spec, EngineSpec):
-        raise TypeError(f"spec={spec!r:.80}; expected a harness.algos.records.EngineSpec")
+        raise TypeError(f"spec={spec!r:.80}; expected a harness.algos.rollout.records.EngineSpec")
     if rollout_mode(rollout, preferred) == "batched":
         return BatchedPool(spec.host, workers, rollout)
     return PerWorkerPool(spec, workers, rollout)

@@ -1,14 +1,15 @@
 """The rollout core's workers: one worker loop, one remote surface, one restart-and-replay.
 
 A worker serves one object built from a spec (:func:`open_worker`): a
-:class:`~harness.algos.engine.RolloutEngine` for an :class:`~harness.algos.records.EngineSpec`
+:class:`~harness.algos.rollout.engine.RolloutEngine` for an
+:class:`~harness.algos.rollout.records.EngineSpec`
 (``per_worker`` mode: environments and a policy copy), an
-:class:`~harness.algos.rollouts.EnvHost` for a :class:`~harness.algos.records.HostSpec`
-(``batched`` mode: environments only). It answers :class:`~harness.algos.records.Call`
+:class:`~harness.algos.rollout.core.EnvHost` for a :class:`~harness.algos.rollout.records.HostSpec`
+(``batched`` mode: environments only). It answers :class:`~harness.algos.rollout.records.Call`
 messages by calling the named method. Three placements meet one surface, ``send(call)`` then
 ``receive()``, ``settle()``, ``pid()``, ``close()``:
 
-* :class:`~harness.algos.rollouts.InProcess`: the object in the calling process (one worker
+* :class:`~harness.algos.rollout.core.InProcess`: the object in the calling process (one worker
   with the ``processes`` backend);
 * :class:`ProcessWorker`: a spawned process running :func:`serve` over a pipe;
 * :class:`RayWorker`: a Ray actor (:class:`_RayServer`) through Ray's object store.
@@ -33,10 +34,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from harness.algos.engine import RolloutEngine
-from harness.algos.ray_cluster import RayConnection
-from harness.algos.records import Call, EngineSpec, HostSpec, RolloutWorkerError, WorkerDied
-from harness.algos.rollouts import EnvHost, InProcess
+from harness.algos.rollout.core import EnvHost, InProcess
+from harness.algos.rollout.engine import RolloutEngine
+from harness.algos.rollout.ray_cluster import RayConnection
+from harness.algos.rollout.records import Call, EngineSpec, HostSpec, RolloutWorkerError, WorkerDied
 from harness.config.algos import RolloutConfig
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def open_worker(spec: EngineSpec | HostSpec, device: str = "cpu") -> RolloutEngi
     if isinstance(spec, HostSpec):
         return EnvHost(spec)
     raise TypeError(f"spec={spec!r:.80}; expected an EngineSpec or a HostSpec "
-                    "(harness.algos.records)")
+                    "(harness.algos.rollout.records)")
 
 
 def answer(worker: Any, call: Call) -> Any:

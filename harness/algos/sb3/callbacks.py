@@ -196,7 +196,7 @@ class EvalCheckpointCallback(BaseCallback):
     checkpoint; both checkpoints carry the curriculum and this callback's state for a resume.
 
     Args:
-        trainer: The ``harness.algos.sb3.SB3Run`` whose schedules, evaluation and
+        trainer: The ``harness.algos.sb3.run.SB3Run`` whose schedules, evaluation and
             checkpoints it drives.
     """
 

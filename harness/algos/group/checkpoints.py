@@ -1,8 +1,8 @@
 """The group trainer's checkpoint format: its version, reading a file safely, migrating older
 versions, rebuilding the policies it holds and the policy functions that evaluate them.
 
-:meth:`harness.algos.group.GroupRun.state_dict` writes the fields and
-:meth:`~harness.algos.group.GroupRun.load_state_dict` reads them back; this module holds what
+:meth:`harness.algos.group.run.GroupRun.state_dict` writes the fields and
+:meth:`~harness.algos.group.run.GroupRun.load_state_dict` reads them back; this module holds what
 both sides share: :data:`CHECKPOINT_FORMAT` and :func:`migrate`, the one place that knows an
 older layout.
 
@@ -13,7 +13,7 @@ Format history:
   "mean_return"}``.
 * 3: adds the start policy's sampled test outcomes (``start_sampled_outcomes``), its
   validation success rates (``start_validation``) and the better decoding they chose
-  (``best_start_decoding``): :class:`harness.algos.group_summary.StartBaseline`.
+  (``best_start_decoding``): :class:`harness.algos.group.summary.StartBaseline`.
 * 4: the policy's own config (``policy_config`` of its kind, :mod:`harness.policies.saving`'s
   format 2) and the ``plugins`` that registered its kind or head; format 3 held every kind's
   fields in one record, and the tokens head's layer as ``action_head`` (runs saved until

@@ -2,22 +2,23 @@
 
 A policy of several GB cannot be copied into every rollout worker. In the ``batched`` mode
 (``algo.rollout.mode``) the workers hold only environments
-(:class:`~harness.algos.rollouts.EnvHost`) and the learner makes one batched forward pass of
+(:class:`~harness.algos.rollout.core.EnvHost`) and the learner makes one batched forward pass of
 its own policy, on its device, per control step for every attempt of every worker; the actions
 go back to the workers, which all step at once. Snapshots still start each group, and attempts
 are seeded per attempt exactly as in the ``per_worker`` mode, so both modes, every backend and
 every worker count play the same attempts.
 
 A worker that dies is replaced and the call is played again from its snapshots
-(:meth:`~harness.algos.workers.WorkerSet.replay_until_done`: every attempt is a pure function
+(:meth:`~harness.algos.rollout.workers.WorkerSet.replay_until_done`: every attempt is a pure
+function
 of its snapshot, the policy and its seed, so nothing changes but the time).
 """
 
 from __future__ import annotations
 
-from harness.algos.records import HostSpec, Job, WorkerDied, check_jobs
-from harness.algos.rollouts import PolicyActor, RolloutBatch, play
-from harness.algos.workers import PoolBase, WorkerSet, chunk_indices
+from harness.algos.rollout.core import PolicyActor, RolloutBatch, play
+from harness.algos.rollout.records import HostSpec, Job, WorkerDied, check_jobs
+from harness.algos.rollout.workers import PoolBase, WorkerSet, chunk_indices
 from harness.config.algos import RolloutConfig
 from harness.policies import Policy
 
@@ -49,7 +50,7 @@ class BatchedPool(PoolBase):
             The attempts, in job order.
 
         Raises:
-            TypeError: An entry of ``jobs`` is not a :class:`~harness.algos.records.Job`.
+            TypeError: An entry of ``jobs`` is not a :class:`~harness.algos.rollout.records.Job`.
             RolloutWorkerError: A host raised, or hosts died too often.
         """
         check_jobs(jobs)

@@ -3,13 +3,13 @@
 :class:`GroupTrainer` holds the policy being fine-tuned, the frozen reference policy (its starting
 weights), the optimiser and the minibatch generator, all on the run's ``device``. The maths are
 the pure functions of :mod:`harness.objectives`; this module turns a
-:class:`~harness.algos.rollouts.RolloutBatch` into their tensors.
+:class:`~harness.algos.rollout.core.RolloutBatch` into their tensors.
 
 Every log-probability (the sampling policy's ``old_logp``, the policy's at each step, the
 reference's) is taken at the sampling temperature ``algo.temperature``, so the ratio compares
 the very distributions the tokens were drawn from and is exactly 1 before the first step.
 
-The data are decisions (:class:`~harness.algos.rollouts.RolloutBatch`): each is evaluated once
+The data are decisions (:class:`~harness.algos.rollout.core.RolloutBatch`): each is evaluated once
 on the observation it was taken on, and the policy spec's :meth:`~harness.policies.PolicySpec.
 executed_mask` says which of its log-probability entries count, the units of the control steps
 it played (:mod:`harness.policies.chunks`). An attempt's units in the loss are those entries,
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.algos.rollouts import RolloutBatch
+from harness.algos.rollout.core import RolloutBatch
 from harness.objectives import gae, group_advantages, kl_k3, policy_loss, value_loss
 from harness.policies import Policy, obs_to_batch
 

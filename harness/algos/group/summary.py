@@ -91,7 +91,7 @@ def paired_gains(final: Sequence[bool], start: dict[str, Sequence[bool]],
 
 class StartBaseline:
     """The start policy's figures that the final policy is paired with, kept in the checkpoint
-    (:data:`harness.algos.group_checkpoints.RESUME_KEYS`) so that a resumed run reports them.
+    (:data:`harness.algos.group.checkpoints.RESUME_KEYS`) so that a resumed run reports them.
 
     Attributes:
         outcomes: Per decoding, the start policy's success per test episode.

@@ -1,6 +1,6 @@
 """A rollout worker's engine in the ``per_worker`` mode: the environments of one worker and a
-copy of the policy (:mod:`harness.algos.rollouts` has the jobs, the seeding and the lock-step
-loop; :mod:`harness.algos.workers` serves an engine from a process or a Ray actor)."""
+copy of the policy (:mod:`harness.algos.rollout.core` has the jobs, the seeding and the lock-step
+loop; :mod:`harness.algos.rollout.workers` serves an engine from a process or a Ray actor)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.algos.records import EngineSpec, Job
-from harness.algos.rollouts import EnvHost, InProcess, PolicyActor, RolloutBatch, play
+from harness.algos.rollout.core import EnvHost, InProcess, PolicyActor, RolloutBatch, play
+from harness.algos.rollout.records import EngineSpec, Job
 from harness.policies.saving import policy_from_record
 
 
@@ -19,12 +19,12 @@ class RolloutEngine:
 
     Args:
         spec: The environments, the policy copy and what the attempts report
-            (:class:`~harness.algos.records.EngineSpec`).
+            (:class:`~harness.algos.rollout.records.EngineSpec`).
         device: Where the local policy copy runs.
     """
 
     def __init__(self, spec: EngineSpec, device: str = "cpu") -> None:
-        torch.set_flush_denormal(True)  # see harness.algos.group.train
+        torch.set_flush_denormal(True)  # see harness.algos.group.run.train
         self.host = EnvHost(spec.host)
         self.policy = policy_from_record(dict(spec.policy), None).to(torch.device(device))
         self.policy.eval()

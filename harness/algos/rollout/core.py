@@ -1,12 +1,14 @@
 """Rollouts of the group trainer: attempts played from snapshots.
 
-A *job* (:class:`~harness.algos.records.Job`) is one attempt restored from its snapshot, with
+A *job* (:class:`~harness.algos.rollout.records.Job`) is one attempt restored from its snapshot,
+with
 more reset options of the attempt (``imperfections``: the scales automatic domain randomisation
-chose for the group, :mod:`harness.algos.collect`). The G jobs of a group share one snapshot, so
+chose for the group, :mod:`harness.algos.group.collect`). The G jobs of a group share one snapshot,
+so
 its G attempts start from the very same state. :func:`play` steps environment hosts
 (:class:`EnvHost`) in lock-step with one batched policy call per decision; a pool
-(:mod:`harness.algos.pools`, :mod:`harness.algos.batched_pool`) spreads the jobs of an
-iteration over worker processes or Ray actors (:mod:`harness.algos.workers`).
+(:mod:`harness.algos.rollout.pools`, :mod:`harness.algos.rollout.batched`) spreads the jobs of an
+iteration over worker processes or Ray actors (:mod:`harness.algos.rollout.workers`).
 
 Seeding is per attempt: attempt ``i`` of a call seeded ``seed`` samples its tokens from its own
 generator, ``SeedSequence([*seed, i])``, by the inverse CDF of each categorical
@@ -33,7 +35,7 @@ import numpy as np
 import torch
 
 import tasks
-from harness.algos.records import Call, Finished, HostAnswer, HostSpec, Job
+from harness.algos.rollout.records import Call, Finished, HostAnswer, HostSpec, Job
 from harness.policies import Policy, obs_to_batch
 
 # Fewer rows than this are padded (with copies of the first) before a policy call: on the CPU,
@@ -137,7 +139,7 @@ class EnvHost:
 
     Args:
         spec: The task, its options, the number of environments, the verifier view and the
-            state capture (:class:`~harness.algos.records.HostSpec`).
+            state capture (:class:`~harness.algos.rollout.records.HostSpec`).
     """
 
     def __init__(self, spec: HostSpec) -> None:
@@ -224,7 +226,7 @@ class EnvHost:
 
 class InProcess:
     """A worker object of this process (an :class:`EnvHost` or a rollout engine) behind the
-    remote workers' surface (:class:`~harness.algos.workers.ProcessWorker`): :meth:`send`
+    remote workers' surface (:class:`~harness.algos.rollout.workers.ProcessWorker`): :meth:`send`
     runs the call at once, :meth:`receive` hands its value over. Exceptions are raised by
     :meth:`send`, with their own type."""
 
@@ -326,7 +328,8 @@ def play(actor: PolicyActor, hosts: list, chunks: list[Sequence[int]], jobs: lis
     of its last chunk (or has none yet), then plays one action of the chunk per control step;
     with one action per decision (the default) every attempt decides at every step. A host is
     an :class:`EnvHost` behind the workers' surface, ``send(Call)`` then ``receive()``
-    (:class:`InProcess`, or a worker process or Ray actor of :mod:`harness.algos.workers`): all
+    (:class:`InProcess`,
+     or a worker process or Ray actor of :mod:`harness.algos.rollout.workers`): all
     hosts step at once, then all are read. Attempts return in job order. With an ``actor`` that
     keeps image features, the observations carry them as ``image_features`` in place of
     ``pixels`` (a frame is 84x84x3 bytes, its features 64 floats). A greedy ``actor``

@@ -1,9 +1,9 @@
 """Named records of the rollout core: what crosses a rollout worker's process boundary.
 
-A worker (a process or a Ray actor, :mod:`harness.algos.workers`) is built from a spec
+A worker (a process or a Ray actor, :mod:`harness.algos.rollout.workers`) is built from a spec
 (:class:`EngineSpec`: environments and a policy copy; :class:`HostSpec`: environments only),
 receives :class:`Call` messages naming one of its methods, and answers with the method's value
-(a :class:`~harness.algos.rollouts.RolloutBatch` or a :class:`HostAnswer`) or a
+(a :class:`~harness.algos.rollout.core.RolloutBatch` or a :class:`HostAnswer`) or a
 :class:`RolloutWorkerError`. The attempts it plays are :class:`Job` records.
 """
 
@@ -64,7 +64,8 @@ def check_jobs(jobs: list[Job]) -> None:
     for i, job in enumerate(jobs):
         if not isinstance(job, Job):
             raise TypeError(f"jobs[{i}] is a {type(job).__name__} ({job!r:.80}); expected a "
-                            "harness.algos.records.Job(snapshot, group, difficulty, options)")
+                            "harness.algos.rollout.records.Job(snapshot, group, difficulty, "
+                            "options)")
 
 
 def _check_envs(num_envs: int, capture_every: int) -> None:
@@ -104,7 +105,7 @@ class HostSpec:
 @dataclass(frozen=True)
 class EngineSpec:
     """What a worker of the ``per_worker`` mode is built from: its environments and a policy
-    copy (:class:`~harness.algos.engine.RolloutEngine`).
+    copy (:class:`~harness.algos.rollout.engine.RolloutEngine`).
 
     Attributes:
         task: Task name.
@@ -115,7 +116,7 @@ class EngineSpec:
         verifier_view: See :class:`HostSpec`.
         capture_every: See :class:`HostSpec`.
         image_features: Return the frozen encoder's features in place of the pixels
-            (:class:`~harness.algos.rollouts.PolicyActor`).
+            (:class:`~harness.algos.rollout.core.PolicyActor`).
 
     Raises:
         ValueError: ``num_envs`` < 1 or ``capture_every`` < 0.

@@ -5,8 +5,8 @@ selection, the curriculum's difficulty), :class:`~stable_baselines3.common.callb
 subclasses (curriculum, periodic evaluation, checkpoints, verifier error rates, wall-clock limit)
 and a logger output that writes SB3's metrics into the run directory.
 
-Observations and environments: :mod:`harness.algos.sb3_envs`; callbacks and the logger output:
-:mod:`harness.algos.sb3_callbacks`.
+Observations and environments: :mod:`harness.algos.sb3.envs`; callbacks and the logger output:
+:mod:`harness.algos.sb3.callbacks`.
 
 Success: SB3 turns ``info["is_success"]`` at episode ends into ``rollout/success_rate``; with
 ``reward=verifier`` the task's ground truth stays in ``info["is_success"]``, the detector's
@@ -34,7 +34,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import tasks
 from harness import curriculum as curricula
 from harness.algos.hooks import Schedule, TimeGuard, better, score
-from harness.algos.sb3_callbacks import (
+from harness.algos.sb3.callbacks import (
     AdrCallback,
     CurriculumCallback,
     EvalCheckpointCallback,
@@ -43,7 +43,7 @@ from harness.algos.sb3_callbacks import (
     VerifierMetricsCallback,
     make_logger,
 )
-from harness.algos.sb3_envs import (
+from harness.algos.sb3.envs import (
     SelectObservation,
     make_vec_env,
     observation_spec,
