@@ -134,6 +134,7 @@ def test_portable_runs_give_the_same_metrics_with_avx2_only_kernels(tmp_path, ki
     assert summary["task"] == "reach" and summary["task_version"] == 2
 
 
+@pytest.mark.slow  # a property of the processor, 16 s: the portable runs' equality stays
 def test_native_runs_differ_with_avx2_only_kernels_on_an_avx512_machine(tmp_path):
     """What the test above takes away: on a processor with AVX-512, the native kernels cut
     down to AVX2 round differently (here the entropy of the state run's updates)."""

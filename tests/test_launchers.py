@@ -122,6 +122,7 @@ def test_submitit_rehearsal_gives_the_joblib_sweep(joblib_sweep, tmp_path):
     check_reported(sweep_dir)
 
 
+@pytest.mark.ray
 def test_local_ray_gives_the_joblib_sweep_and_stops(joblib_sweep, tmp_path):
     sweep_dir = tmp_path / "sweep"
     done = sweep(sweep_dir, *LOCAL_RAY)
@@ -271,6 +272,7 @@ def test_check_slurm_refuses_what_no_partition_sinfo_lists_can_hold(tmp_path, mo
                  "hydra.launcher.ray.remote.num_gpus=64: no node of the local Ray can hold one job",
                  marks=pytest.mark.slow),
 ], ids=["unreachable address", "relative sweep dir", "too many CPUs", "too many GPUs"])
+@pytest.mark.ray
 def test_ray_refuses_what_it_cannot_run_before_anything_is_written(tmp_path, setting, relative,
                                                                    message):
     port = closed_port()

@@ -463,6 +463,7 @@ def _short_attempts_long_evaluations(tmp_path, *overrides):
     assert metrics["rollout/mean_length_steps"][0][1] == 3
 
 
+@pytest.mark.ray
 def test_ray_actors_evaluate_with_the_evaluation_step_limit(tmp_path):
     """The greedy evaluations in Ray actors play eval.max_episode_steps, the attempts the
     task's limit, as in the process pool."""

@@ -119,6 +119,7 @@ def test_workers_and_rollout_modes_give_the_same_run(tmp_path, reference, overri
     assert run(tmp_path, "run", "algo.critic.network=separate", *overrides) == reference
 
 
+@pytest.mark.ray
 def test_ray_actors_give_the_same_run(tmp_path, reference):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,

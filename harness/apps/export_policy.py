@@ -1,11 +1,11 @@
-"""Export a trained token policy: ``python scripts/export_policy.py checkpoint=<run dir>
+"""Export a trained policy: ``python scripts/export_policy.py checkpoint=<run dir>
 out=policy.onnx``, or a SmolVLA policy as a LeRobot checkpoint folder: ``... format=lerobot
 out=<folder>``.
 
 A Hydra app over ``conf/export_policy.yaml`` (``--help`` lists the keys, ``--cfg job`` prints
 them). ``checkpoint`` is a group-trainer run (grpo, dr_grpo, rloo, critic, reinforce, vla_ppo) as
 ``scripts/evaluate.py`` takes it: a run directory (its best checkpoint, else its latest), a
-``checkpoints/`` folder, a checkpoint file or its metadata JSON. Its MLP or TinyVLA token policy
+``checkpoints/`` folder, a checkpoint file or its metadata JSON. Its mlp or tiny_vla policy
 (``reference=true``: the frozen start policy stored with it) becomes one ONNX graph from the raw
 observation arrays to logits, greedy tokens and actions (:mod:`harness.export`), or, with a
 continuous ``action_head`` (gaussian, flow), to its greedy actions, with the task, its options,

@@ -17,6 +17,7 @@ which collection (seeds from 0) does not reach with fewer than 10,000 attempts.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -115,9 +116,11 @@ def app(cfg: DictConfig) -> None:
     )
     out = Path(config.out)
     save_policy(out, policy)
+    accuracy = metrics["bc/val_accuracy"]  # NaN for a continuous head: no tokens to count
+    tokens = "" if math.isnan(accuracy) else f", val token accuracy {accuracy:.1%}"
     print(f"trained {config.epochs} epochs in {metrics['bc/seconds']:.0f} s: train loss"
-          f" {metrics['bc/train_loss']:.3f}, val loss {metrics['bc/val_loss']:.3f}, val token"
-          f" accuracy {metrics['bc/val_accuracy']:.1%}; saved {out}")
+          f" {metrics['bc/train_loss']:.3f}, val loss {metrics['bc/val_loss']:.3f}{tokens};"
+          f" saved {out}")
 
     start = time.perf_counter()
     result = evaluate_policy(policy, env, config.eval_episodes,

@@ -17,7 +17,7 @@ from typing import Any
 from harness.config.bounds import MAX_COUNT, check_count, check_rate
 from harness.config.errors import ConfigError, check
 
-# The weights behaviour cloning hands on (harness.bc.pretrain_bc's ``keep``)
+# The weights behaviour cloning hands on (harness.start_policy.bc.pretrain_bc's ``keep``)
 BC_KEEP: tuple[str, ...] = ("last", "best_val_loss")
 MAX_SHIFT_PAD = 64  # pixels of random shift; frames are at most 480 pixels wide
 START_SOURCES: tuple[str, ...] = ("reset", "demo", "replay")

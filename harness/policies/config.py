@@ -80,6 +80,12 @@ class PolicyConfig:
         """Refuse a device this policy cannot run on (``bfloat16`` where the device lacks it);
         every device suits most kinds."""
 
+    @property
+    def head_name(self) -> str | None:
+        """The action head this config asks for (``policy/head``), or ``None`` for a kind whose
+        head is its own (hf_vla's language-model head, smolvla's flow expert)."""
+        return None
+
     def unfitted_warning(self) -> str | None:
         """What a fresh policy of this config misses without behaviour cloning (an input
         normalisation fitted on demos), or ``None``."""

@@ -1,4 +1,5 @@
-"""Layers the token policies are built from: the instruction encoder, the spatial softmax and
+"""Layers the harness's own networks (mlp, tiny_vla) are built from: the instruction encoder, the
+spatial softmax and
 the keypoints an instruction chooses."""
 
 from __future__ import annotations

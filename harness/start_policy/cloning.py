@@ -36,8 +36,8 @@ START_POLICY_FILE = "start_policy.pt"
 
 def check_start_policy(held: Policy, wanted, path: str | os.PathLike) -> None:
     """Refuse a loaded start policy (``algo.start_policy.file``) that this run cannot fine-tune as
-    configured: another kind, or other action chunks (its head predicts ``chunk_size``
-    actions, and what it was cloned to execute is part of what it learnt).
+    configured: another kind, another action head, or other action chunks (its head predicts
+    ``chunk_size`` actions, and what it was cloned to execute is part of what it learnt).
 
     Args:
         held: The loaded policy.
@@ -48,9 +48,10 @@ def check_start_policy(held: Policy, wanted, path: str | os.PathLike) -> None:
         ValueError: Naming the file and both sets of values.
     """
     spec = held.spec
-    have = {"kind": spec.kind, "chunk_size": spec.chunk_size, "execute_steps": spec.execute_steps}
-    need = {"kind": wanted.name, "chunk_size": wanted.chunk_size,
-            "execute_steps": wanted.steps_per_decision}
+    have = {"kind": spec.kind, "head": spec.head, "chunk_size": spec.chunk_size,
+            "execute_steps": spec.execute_steps}
+    need = {"kind": wanted.name, "head": wanted.head_name or spec.head,
+            "chunk_size": wanted.chunk_size, "execute_steps": wanted.steps_per_decision}
     if have != need:
         raise ValueError(f"algo.start_policy.file={path} holds a policy with {have}; this run's "
                          f"policy has {need}")

@@ -1,4 +1,5 @@
-"""Group-relative fine-tuning of token policies: GRPO, Dr. GRPO, RLOO, critic baseline, REINFORCE.
+"""Group-relative fine-tuning of the harness's policies: GRPO, Dr. GRPO, RLOO, critic baseline,
+REINFORCE.
 
 :class:`GroupRun` is one run of the group trainer. Its :meth:`~GroupRun.iteration` follows the
 papers (Shao et al. 2024; Liu et al. 2025):

@@ -6,7 +6,7 @@ the robot take to {instruction}?\\nOut:"`` form the prefix (optionally followed 
 embedding projected from ``proprio``), and the model writes one action token per action
 dimension, autoregressively.
 Each dimension has ``K`` bins (centres ``linspace(-1, 1, K)``, :func:`tokens_to_actions`), and
-bin ``k`` is the ``k``-th of ``K`` reserved vocabulary ids (:mod:`harness.policies.hf_models`).
+bin ``k`` is the ``k``-th of ``K`` reserved vocabulary ids (:mod:`harness.policies.hf_vla.models`).
 Every distribution here is the softmax over those ``K`` ids only.
 
 * :meth:`HFVLAPolicy.act` decodes with the KV cache, one token per dimension, sampling each by
@@ -64,7 +64,7 @@ class HFVLAPolicy(nn.Module):
         obs_shapes: Needs ``pixels``; ``instruction`` and ``proprio`` are read when present.
 
     Raises:
-        ValueError: See :func:`harness.policies.hf_models.load_model`, or a vocabulary that
+        ValueError: See :func:`harness.policies.hf_vla.models.load_model`, or a vocabulary that
             cannot hold the action bins.
         ImportError: The ``vla`` extra is not installed.
     """

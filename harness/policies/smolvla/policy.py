@@ -1,4 +1,5 @@
-"""``policy=smolvla``: SmolVLA (:class:`~harness.policies.smolvla.SmolVLAModel`, LeRobot's network
+"""``policy=smolvla``: SmolVLA (:class:`~harness.policies.smolvla.model.SmolVLAModel`, LeRobot's
+network
 and parameter names) as a policy of the group trainer, with action chunks and a flow-matching
 action expert made RL-ready by Flow-Noise.
 
@@ -22,7 +23,7 @@ the noiseless ODE from ``x_0 = 0``. The executed actions are the first ``action_
 ``x_K``, clipped to [-1, 1].
 
 ``dtype="bfloat16"`` puts the backbone and the expert in bfloat16
-(:meth:`~harness.policies.smolvla.SmolVLAModel.cast_transformer`); the projections, the noise
+(:meth:`~harness.policies.smolvla.model.SmolVLAModel.cast_transformer`); the projections, the noise
 scales, the value head, the chains, their log-densities and the losses stay float32.
 ``gradient_checkpointing`` recomputes their layers' activations in the backward pass.
 :meth:`SmolVLAPolicy.write_lerobot_folder` writes the network back as a LeRobot checkpoint
@@ -74,8 +75,9 @@ def merge_adapters(network: nn.Module) -> None:
 
 
 def build_model(config: SmolVLAPolicyConfig, obs_shapes: ObsShapes):
-    """The :class:`~harness.policies.smolvla.SmolVLAModel` ``config.model`` names: ``tiny:smolvla``
-    (random weights, sized to the observations and ``chunk_size``) or a LeRobot checkpoint
+    """The :class:`~harness.policies.smolvla.model.SmolVLAModel` ``config.model`` names:
+    ``tiny:smolvla`` (random weights, sized to the observations and ``chunk_size``) or a LeRobot
+    checkpoint
     folder (whose ``chunk_size`` and widths must fit).
 
     Raises:
