@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.config.algos import RATIO_UNITS
+
 ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
 AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_sum_const", "token_mean")
 
@@ -187,6 +189,103 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     return 0.5 * (losses * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def ratio_unit_mask(executed: torch.Tensor, unit: str, parts: int, chunk: int,
+                    width: int) -> torch.Tensor:
+    """Which of :func:`ratio_units`'s units count for decisions that played ``executed``
+    ``(N,)`` control steps of their chunk of ``chunk`` entries: ``(N, U)`` bool, the units of
+    the played entries (every ``decision`` unit counts).
+
+    Raises:
+        ValueError: An unknown unit.
+    """
+    if unit not in RATIO_UNITS[1:]:
+        raise ValueError(f"unit={unit!r}; choose one of {RATIO_UNITS[1:]} (native units come "
+                         "from the policy's own log_prob)")
+    executed = torch.as_tensor(executed)
+    played = torch.arange(chunk, device=executed.device)[None, :] < executed[:, None]
+    if unit == "decision":
+        return torch.ones((len(executed), 1), dtype=torch.bool, device=executed.device)
+    if unit == "step":
+        return played
+    elements = played.repeat_interleave(width, dim=1)
+    return elements if unit == "element" else elements.repeat(1, parts)
+
+
+def ratio_units(parts: torch.Tensor, executed: torch.Tensor, unit: str,
+                normalize: bool = False,
+                clamp: tuple[float, float] | None = None) -> torch.Tensor:
+    """A decision's log-probability cut into the units the clipped ratio treats one by one.
+
+    A decision's log-density is a sum of *parts* ``(N, P, H, W)``: for each of its ``H`` chunk
+    entries and ``W`` action dimensions, ``P`` terms (one for a token or a Gaussian entry; for a
+    Flow-Noise chain, the start ``x_0`` and each of the ``K`` denoising steps, ``P = K + 1``).
+    The units (:func:`ratio_unit_mask` says which count: those of the entries played):
+
+    * ``element``: one per (entry, dimension), its ``P`` parts summed: ``(N, H * W)``;
+    * ``chain_element``: one per part: ``(N, P * H * W)``, part-major;
+    * ``step``: one per entry, its ``P * W`` parts summed: ``(N, H)``;
+    * ``decision``: one per decision, the parts of its played entries summed: ``(N, 1)``.
+
+    With ``normalize``, a unit's log-probability is divided by the number of parts it sums
+    (``P``, ``1``, ``P * W``, ``P * W * executed``: πRL's average over denoising steps,
+    ReinFlow's log-prob over steps and dims), so that its ratio moves as one part's does;
+    ``clamp`` then bounds it (ReinFlow's ``[-1, 1]``). Old, new and reference log-probabilities
+    all go through the same cut.
+
+    Args:
+        parts: ``(N, P, H, W)`` log-probability parts of ``N`` decisions.
+        executed: ``(N,)`` int, control steps each decision played, in ``[1, H]``.
+        unit: One of ``decision``, ``step``, ``element``, ``chain_element``.
+        normalize: Divide each unit by the number of parts it sums.
+        clamp: ``(low, high)`` bounds of each unit's log-probability, or ``None``.
+
+    Returns:
+        ``(N, U)`` log-probabilities of the units.
+
+    Raises:
+        ValueError: An unknown unit, ``parts`` not 4-D, or ``executed`` of another length.
+    """
+    if unit not in RATIO_UNITS[1:]:
+        raise ValueError(f"unit={unit!r}; choose one of {RATIO_UNITS[1:]} (native units come "
+                         "from the policy's own log_prob)")
+    if parts.dim() != 4 or tuple(executed.shape) != tuple(parts.shape[:1]):
+        raise ValueError(f"parts of shape {tuple(parts.shape)} and executed of shape "
+                         f"{tuple(executed.shape)}; expected (N, P, H, W) and (N,)")
+    p, h, w = parts.shape[1:]
+    if unit == "element":
+        units, count = parts.sum(dim=1).flatten(1), p
+    elif unit == "chain_element":
+        units, count = parts.flatten(1), 1
+    elif unit == "step":
+        units, count = parts.sum(dim=(1, 3)), p * w
+    else:  # decision: the played entries only
+        played = ratio_unit_mask(executed.to(parts.device), "step", p, h, w)
+        units = (parts.sum(dim=(1, 3)) * played.to(parts.dtype)).sum(dim=1, keepdim=True)
+        count = (p * w * played.sum(dim=1, keepdim=True).clamp(min=1)).to(parts.dtype)
+    if normalize:
+        units = units / count
+    if clamp is not None:
+        units = units.clamp(float(clamp[0]), float(clamp[1]))
+    return units
+
+
+def max_ratio_units(unit: str, max_episode_steps: int, steps_per_decision: int, parts: int,
+                    width: int) -> int:
+    """Most units of ``unit`` an attempt of ``max_episode_steps`` control steps can count
+    (Dr. GRPO's constant ``T_max``), decisions playing ``steps_per_decision`` steps each, with
+    ``parts`` log-prob parts per element and ``width`` elements per step.
+
+    Raises:
+        ValueError: An unknown unit.
+    """
+    if unit == "decision":
+        return -(-max_episode_steps // steps_per_decision)
+    per_step = {"element": width, "chain_element": parts * width, "step": 1}
+    if unit not in per_step:
+        raise ValueError(f"unit={unit!r}; choose one of {RATIO_UNITS[1:]}")
+    return max_episode_steps * per_step[unit]
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of ``KL(pi_theta || pi_ref)`` from samples of ``pi_theta``.
 
@@ -246,7 +345,8 @@ def policy_loss(
         ``(loss, metrics)``: the scalar loss to minimise and python floats ``clip_fraction``
         (share of valid tokens whose clipped term was chosen and differs from the unclipped one),
         ``approx_kl`` (mean k3 estimate of ``KL(old || new)``, i.e. ``(rho - 1) - log rho``),
-        ``ratio_mean`` and, when ``ref_logp`` is given, ``kl_ref`` (mean k3 to the reference).
+        ``ratio_mean``, the spread ``ratio_std``, ``ratio_min``, ``ratio_max`` and, when
+        ``ref_logp`` is given, ``kl_ref`` (mean k3 to the reference).
 
     Raises:
         ValueError: Unknown aggregation, ``token_sum_const`` without ``max_tokens``,
@@ -288,6 +388,9 @@ def _surrogate_metrics(
         "clip_fraction": valid_mean((pg_clipped < pg_unclipped).to(mask.dtype)),
         "approx_kl": valid_mean((ratio - 1.0) - log_ratio),
         "ratio_mean": valid_mean(ratio),
+        "ratio_std": float(ratio[mask > 0].std()) if int(mask.sum()) > 1 else 0.0,
+        "ratio_min": float(ratio[mask > 0].min()) if int(mask.sum()) else 1.0,
+        "ratio_max": float(ratio[mask > 0].max()) if int(mask.sum()) else 1.0,
     }
     if kl_ref is not None:
         metrics["kl_ref"] = valid_mean(kl_ref)

@@ -213,7 +213,8 @@ def test_each_kind_gives_its_own_config_with_its_head():
     assert (vla.name, vla.conv_channels, vla.image_features, vla.use_instruction) == \
         ("tiny_vla", [4, 8], "avg_pool", True)
     assert vla.head == {"name": "flow", "steps": 3, "hidden": 128, "noise": "learned",
-                        "sigma_min": 0.02, "sigma_max": 0.5, "sigma_init": 0.1}
+                        "sigma_min": 0.02, "sigma_max": 0.5, "sigma_init": 0.1,
+                        "learn_noise": True}
     mlp = compose(["policy=mlp", "algo=grpo", "policy.hidden=32"]).policy
     assert (mlp.name, mlp.hidden, mlp.use_instruction, mlp.head) == \
         ("mlp", 32, False, {"name": "tokens", "num_bins": 11})

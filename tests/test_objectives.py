@@ -252,7 +252,8 @@ def test_kl_ref_reported_even_with_zero_beta():
 def test_on_policy_metrics_are_trivial():
     logp = torch.randn(3, 5)
     loss, metrics = policy_loss(logp, logp, torch.tensor([1.0, -1.0, 0.5]), torch.ones(3, 5))
-    assert metrics == pytest.approx({"clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0})
+    assert metrics == pytest.approx({"clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0,
+                                     "ratio_std": 0.0, "ratio_min": 1.0, "ratio_max": 1.0})
     assert loss.item() == pytest.approx(-(1.0 - 1.0 + 0.5) / 3, rel=1e-6)
 
 

@@ -159,7 +159,8 @@ def test_log_probs_are_those_of_the_sampling_temperature():
         logits = trainer.policy.head.logits(trainer.policy.features(obs))
         expected = torch.log_softmax(logits / 0.5, dim=-1).gather(
             -1, tokens.unsqueeze(-1)).squeeze(-1)
-        assert torch.allclose(trainer._log_probs(trainer.policy, obs, tokens), expected)
+        executed = torch.as_tensor(rollout.executed)
+        assert torch.allclose(trainer._log_probs(trainer.policy, obs, tokens, executed), expected)
     rewards = np.array([1, 0, 0, 0, 1, 1, 0, 0], dtype=np.float32)
     advantages = trainer.advantages(rollout, rewards)
     metrics = trainer.update(rollout, rewards, advantages, np.ones(2, dtype=bool))

@@ -24,6 +24,10 @@ from harness.config.start import StartPolicyConfig, StartsConfig
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo")
 CRITICS: tuple[str, ...] = ("shared", "separate")  # vla_ppo's value network
+# What one clipped ratio covers (harness.objectives.ratio_units): ``native`` is each head's own
+# unit (a token, a Gaussian chunk entry, a whole flow chain); the others are cut from a
+# decision's log-prob parts.
+RATIO_UNITS: tuple[str, ...] = ("native", "decision", "step", "element", "chain_element")
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 # Counts of SB3's algorithms, each at most MAX_COUNT (their lower bounds are their own checks).
 SB3_COUNTS: tuple[str, ...] = ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
@@ -156,13 +160,86 @@ class CriticConfig:
     Attributes:
         network: ``shared`` (a value head on the policy's own features, as RL4VLA) or
             ``separate`` (a copy of the start policy's network with its own value head).
+        warmup_iterations: First iterations that train the value network alone (the policy
+            does not move until its advantages come from a fitted critic; ReinFlow, πRL).
+        learning_rate: Adam step size of the value network (the value head of a ``shared``
+            critic, the whole copy of a ``separate`` one); ``null``: ``algo.learning_rate``.
     """
 
     network: str = "shared"
+    warmup_iterations: int = 0
+    learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         check(self.network in CRITICS,
               f"algo.critic.network={self.network!r}; choose one of {CRITICS}")
+        check_count("algo.critic.warmup_iterations", self.warmup_iterations, 0)
+        if self.learning_rate is not None:
+            check_rate("algo.critic.learning_rate", self.learning_rate)
+
+
+@dataclass
+class RatioConfig:
+    """``algo.ratio``: what one clipped ratio covers (:func:`harness.objectives.ratio_units`).
+
+    Attributes:
+        unit: ``native`` (each head's own unit: a token, a Gaussian chunk entry, a whole flow
+            chain), ``decision``, ``step`` (a chunk entry's action), ``element`` (one action
+            dimension of one chunk entry; a flow chain's steps summed) or ``chain_element`` (a
+            flow chain's start and each denoising step of each element apart).
+        normalize: Divide each unit's log-probability by the number of parts it sums.
+        clamp: ``[low, high]`` bounds of each unit's (normalised) log-probability, or ``null``.
+    """
+
+    unit: str = "native"
+    normalize: bool = False
+    clamp: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        check(self.unit in RATIO_UNITS,
+              f"algo.ratio.unit={self.unit!r}; choose one of {RATIO_UNITS}")
+        check(not (self.unit == "native" and (self.normalize or self.clamp is not None)),
+              "algo.ratio.normalize and algo.ratio.clamp cut a decision's log-probability into "
+              "units; set algo.ratio.unit to decision, step, element or chain_element")
+        if self.clamp is not None:
+            bounds = list(self.clamp)
+            check(len(bounds) == 2 and all(isinstance(v, (int, float)) for v in bounds)
+                  and bounds[0] < bounds[1],
+                  f"algo.ratio.clamp={self.clamp!r}; expected [low, high] with low < high")
+            self.clamp = [float(v) for v in bounds]
+
+
+@dataclass
+class ExplorationConfig:
+    """``algo.exploration``: the noise scale of a gaussian (std) or flow (sigma) head during
+    fine-tuning, set on the start policy before the first rollout (its start evaluation, the
+    clone's own decoding, comes first).
+
+    Attributes:
+        low: Smallest noise scale (``null``: the head's own bound).
+        high: Largest noise scale (``null``: the head's own bound).
+        fixed: Fix the noise scale at this value and stop learning it (``low``/``high``
+            unused).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    fixed: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("low", "high", "fixed"):
+            value = getattr(self, key)
+            check(value is None or (isinstance(value, (int, float)) and 0 < value <= 10),
+                  f"algo.exploration.{key}={value!r}; must be in (0, 10] or null")
+        check(self.low is None or self.high is None or self.low <= self.high,
+              f"algo.exploration.low={self.low} > algo.exploration.high={self.high}")
+        check(self.fixed is None or (self.low is None and self.high is None),
+              "algo.exploration.fixed fixes the noise scale; leave low and high null with it")
+
+    @property
+    def active(self) -> bool:
+        """Whether it changes the start policy's noise."""
+        return any(v is not None for v in (self.low, self.high, self.fixed))
 
 
 @dataclass
@@ -214,6 +291,15 @@ class GroupAlgoConfig(AlgoConfig):
         critic: ``vla_ppo``'s value network (:class:`CriticConfig`).
         normalize_advantages: ``vla_ppo``: standardise each update's advantages over its
             decisions.
+        ratio: What one clipped ratio covers, normalised and clamped or not
+            (:class:`RatioConfig`; ``native`` is each head's own unit).
+        exploration: Bounds of a gaussian or flow head's noise during fine-tuning
+            (:class:`ExplorationConfig`; off by default).
+        target_kl: Stop an iteration's epochs once the mean k3 estimate of ``KL(old || new)``
+            per unit passes this (ReinFlow's 0.01); ``null``: never.
+        bc_coef: Weight of a behaviour-cloning loss on the start's demos added to every
+            gradient step (an anchor to the clone); needs a start cloned on demos or a dataset.
+        bc_batch: Demonstrated decisions in each step's behaviour-cloning loss.
     """
 
     group_size: int = 8
@@ -242,6 +328,11 @@ class GroupAlgoConfig(AlgoConfig):
     vf_clip: float | None = 0.2
     critic: CriticConfig = field(default_factory=CriticConfig)
     normalize_advantages: bool = True
+    ratio: RatioConfig = field(default_factory=RatioConfig)
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    target_kl: float | None = None
+    bc_coef: float = 0.0
+    bc_batch: int = 64
 
     def __post_init__(self) -> None:
         from harness.objectives import AGGREGATIONS  # imports torch: here, not at import
@@ -261,6 +352,22 @@ class GroupAlgoConfig(AlgoConfig):
               f"algo.aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
         check(self.zero_signal in ZERO_SIGNAL,
               f"algo.zero_signal={self.zero_signal!r}; choose one of {ZERO_SIGNAL}")
+        check(self.target_kl is None or self.target_kl > 0,
+              f"algo.target_kl={self.target_kl}; must be > 0, or null for no early stop")
+        check(self.bc_coef >= 0, f"algo.bc_coef={self.bc_coef}; must be >= 0")
+        check_count("algo.bc_batch", self.bc_batch)
+        check(self.bc_coef == 0 or self.start_policy.clones,
+              f"algo.bc_coef={self.bc_coef} anchors to the demos the start was cloned on; set "
+              "algo.start_policy.bc.demos (or a dataset) too")
+        valued = self.name in ("critic", "vla_ppo")
+        check(valued or (self.critic.warmup_iterations == 0
+                         and self.critic.learning_rate is None),
+              f"algo.critic.warmup_iterations and algo.critic.learning_rate set the value "
+              f"network of the critic and vla_ppo estimators; algo.name={self.name!r} has none")
+        check(self.critic.warmup_iterations < self.iterations
+              or self.critic.warmup_iterations == 0,
+              f"algo.critic.warmup_iterations={self.critic.warmup_iterations} leaves none of "
+              f"the {self.iterations} iterations to the policy")
 
     def _check_sizes(self) -> None:
         """Counts within [1 or 0, ``MAX_COUNT``], workers within what this machine can run,

@@ -36,6 +36,7 @@ VALIDATION_SEED = 2_000_000
 START_SOURCE_STREAM = 20_171
 DEMO_CURRICULUM_STREAM = 20_172
 RESET_NOISE_STREAM = 9_001
+BC_ANCHOR_STREAM = 20_173  # the demo batches of algo.bc_coef's behaviour-cloning anchor
 
 
 def demo_first_seed(seed: int, demo_seed: int | None = None) -> int:
@@ -97,6 +98,15 @@ class Seeds:
     def demo_curriculum(self) -> list[int]:
         """Generator seed of the demo starts' reverse curriculum."""
         return [self.run, DEMO_CURRICULUM_STREAM]
+
+    @property
+    def bc_anchor(self) -> int:
+        """Torch generator seed of the behaviour-cloning anchor's batches (a torch generator
+        takes one int: the stream's first 63 bits)."""
+        import numpy as np
+
+        state = np.random.SeedSequence([self.run, BC_ANCHOR_STREAM]).generate_state(2, np.uint32)
+        return int(state[0]) << 31 | int(state[1]) >> 1
 
     def attempts(self, iteration: int, round_: int) -> tuple[int, int, int]:
         """Seed of a rollout call: attempt ``i`` of it samples from ``SeedSequence([*this,

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from harness.objectives import max_ratio_units, ratio_unit_mask
 from harness.policies.chunks import executed_token_mask
 from harness.policies.heads.base import BCScores
 
@@ -50,6 +51,10 @@ class PolicySpec:
             checkpoint.
         folder_format: The layout :meth:`Policy.save_pretrained` writes (``transformers``,
             ``lerobot``), or ``None`` for a kind without one.
+        parts_per_element: ``P`` of :meth:`Policy.log_prob_parts`: terms per chunk element (a
+            flow chain's start and denoising steps, ``K + 1``; else 1).
+        part_width: ``W`` of :meth:`Policy.log_prob_parts` (``None``: ``action_dim``; SmolVLA's
+            padded action columns).
     """
 
     kind: str
@@ -64,6 +69,8 @@ class PolicySpec:
     rollout_mode: str = "per_worker"
     single_file: bool = True
     folder_format: str | None = None
+    parts_per_element: int = 1
+    part_width: int | None = None
 
     @property
     def units_per_decision(self) -> int:
@@ -77,6 +84,21 @@ class PolicySpec:
         if self.units_per_step == 0:
             return torch.ones((len(executed), 1), dtype=torch.bool, device=executed.device)
         return executed_token_mask(executed, self.units_per_decision, self.units_per_step)
+
+    def ratio_mask(self, executed: torch.Tensor, unit: str) -> torch.Tensor:
+        """Which units of ``algo.ratio.unit`` count for decisions that played ``executed``
+        ``(B,)`` control steps (:meth:`executed_mask` for ``native``)."""
+        if unit == "native":
+            return self.executed_mask(executed)
+        return ratio_unit_mask(executed, unit, self.parts_per_element, self.chunk_size,
+                               self.part_width or self.action_dim)
+
+    def max_ratio_units(self, max_episode_steps: int, unit: str) -> int:
+        """:meth:`max_units` for the units of ``algo.ratio.unit``."""
+        if unit == "native":
+            return self.max_units(max_episode_steps)
+        return max_ratio_units(unit, max_episode_steps, self.execute_steps,
+                               self.parts_per_element, self.part_width or self.action_dim)
 
     def max_units(self, max_episode_steps: int) -> int:
         """Most units an attempt of ``max_episode_steps`` control steps can count (Dr. GRPO's
@@ -92,6 +114,9 @@ class Reference(Protocol):
 
     def log_prob(self, obs: Observations, records: torch.Tensor,
                  temperature: float = 1.0) -> torch.Tensor: ...
+
+    def log_prob_parts(self, obs: Observations, records: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor: ...
 
     def state_dict(self) -> dict[str, torch.Tensor]: ...
 
@@ -120,11 +145,35 @@ class Policy(Protocol):
                  temperature: float = 1.0) -> torch.Tensor:
         """Per-unit log-probabilities ``(B, U)`` of ``records`` at ``temperature``."""
 
+    def log_prob_parts(self, obs: Observations, records: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The decision's log-density as parts ``(B, P, H, W)`` that sum to it: ``P`` terms for
+        each of the chunk's ``H`` entries and ``W`` action columns (one for a token or a
+        Gaussian entry; the start and each denoising step of a flow chain). The ratio units of
+        ``algo.ratio`` (:func:`harness.objectives.ratio_units`) are cut from them."""
+
+    def exploration(self) -> dict[str, float]:
+        """Figures of the head's exploration noise for the log (a Gaussian's std, a flow's
+        noise scales: mean, min, max); empty for a head without learned noise."""
+
+    def bound_exploration(self, low: float | None, high: float | None,
+                          fixed: float | None) -> None:
+        """Bound the head's noise scale to ``[low, high]`` (``None`` keeps a bound), or fix it
+        at ``fixed`` and stop learning it (``algo.exploration``); a saved policy keeps them.
+
+        Raises:
+            ValueError: A head without a noise scale of its own, naming it.
+        """
+
     def entropy(self, obs: Observations, temperature: float = 1.0) -> torch.Tensor:
         """Per-unit entropy ``(B, U)`` (Monte-Carlo parts from a fixed seed, so it repeats)."""
 
     def value(self, obs: Observations) -> torch.Tensor:
         """Value estimate ``(B,)`` (the critic baseline, vla_ppo's shared critic)."""
+
+    def value_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters only :meth:`value` reads (its value head): what a critic's own
+        learning rate and warm-up move."""
 
     def features(self, obs: Observations) -> torch.Tensor:
         """The shared feature ``(B, spec.feature_dim)`` the heads read."""

@@ -10,6 +10,7 @@ from the two.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,7 +66,8 @@ class HeadPolicy(nn.Module):
             kind=config.name, head=config.head_name, chunk_size=config.chunk_size,
             execute_steps=config.steps_per_decision, action_dim=config.action_dim,
             units_per_step=self.head.units_per_step(), noise_width=self.head.noise_dim,
-            feature_dim=config.hidden, input_keys=self.input_keys)
+            feature_dim=config.hidden, input_keys=self.input_keys,
+            parts_per_element=self.head.parts_per_element)
 
     # --- acting and scoring -------------------------------------------------------------------
 
@@ -94,6 +96,26 @@ class HeadPolicy(nn.Module):
         """The head's per-unit log-probabilities ``(B, U)`` of ``records`` at ``temperature``."""
         return self.head.unit_log_probs(self.features(obs), records, temperature)
 
+    def log_prob_parts(self, obs: Observations, records: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The head's log-density parts ``(B, P, H, A)`` of ``records`` at ``temperature``."""
+        return self.head.log_prob_parts(self.features(obs), records, temperature)
+
+    def exploration(self) -> dict[str, float]:
+        """The head's noise figures (its std or noise scales)."""
+        return self.head.exploration()
+
+    def bound_exploration(self, low: float | None, high: float | None,
+                          fixed: float | None) -> None:
+        """Bound (or fix) the head's noise scale (``algo.exploration``); the policy's config
+        records the new bounds, so a saved policy reloads with them.
+
+        Raises:
+            ValueError: A head without a noise scale, or bounds it refuses.
+        """
+        options = self.head.bound_noise(low, high, fixed)
+        self.config = dataclasses.replace(self.config, head={**self.config.head, **options})
+
     def entropy(self, obs: Observations, temperature: float = 1.0) -> torch.Tensor:
         """The head's per-unit entropy ``(B, U)``; Monte-Carlo parts from a fixed seed, so the
         figure repeats."""
@@ -104,6 +126,10 @@ class HeadPolicy(nn.Module):
     def value(self, obs: Observations) -> torch.Tensor:
         """Value estimate ``(B,)``, for a critic on ``V(s0)`` or vla_ppo's shared critic."""
         return self.value_head(self.features(obs)).squeeze(-1)
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value head's parameters."""
+        return list(self.value_head.parameters())
 
     # --- behaviour cloning --------------------------------------------------------------------
 

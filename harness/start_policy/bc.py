@@ -111,7 +111,7 @@ def pretrain_bc(
     """
     _check_bc_settings(epochs, batch_size, lr, shift_pad, val_fraction, keep)
     device = next(policy.parameters()).device
-    obs = _policy_inputs(policy, demos, device)
+    obs = policy_inputs(policy, demos, device)
     chunks, valid = bc_targets(policy, demos, device)  # (N, H, A), (N, H)
     train_idx, val_idx = (i.to(device) for i in
                           split_by_episode(demos.episode_ids, val_fraction, seed))
@@ -230,7 +230,7 @@ def _train_epoch(
     return losses
 
 
-def _policy_inputs(
+def policy_inputs(
     policy: Policy, demos: Demos, device: torch.device
 ) -> dict[str, torch.Tensor]:
     """The demos' observations the policy was built for, as tensors, checked against its shapes."""

@@ -23,7 +23,7 @@ import torch
 
 import tasks
 from harness.config import Seeds, StartPolicyConfig
-from harness.demos import collect_demos, demo_cache_dir, load_demos
+from harness.demos import Demos, collect_demos, demo_cache_dir, load_demos
 from harness.lerobot import load_lerobot
 from harness.policies import Policy, resolve_device
 from harness.policies import make as make_policy
@@ -125,8 +125,7 @@ def cloned_start_policy(
         raise ValueError("algo.start_policy.bc.demos=0 and no dataset: nothing to clone the "
                          "start policy on")
     torch_device = resolve_device(device)
-    difficulty = bc.difficulty if bc.difficulty is not None else task_options.get(
-        "difficulty", 0.0)
+    difficulty = demo_difficulty(start, task_options)
     path = demo_file(demo_cache_dir() if demo_dir is None else demo_dir, task, task_options,
                      bc.demos, difficulty, noise=bc.noise, seed=seeds.demos)
     if start.dataset is None and not path.exists():
@@ -154,6 +153,38 @@ def cloned_start_policy(
     source = ({"bc/demo_file": str(path)} if start.dataset is None
               else {"bc/dataset": str(start.dataset)})
     return policy, {**pretrain_metrics, **metrics, **source}
+
+
+def demo_difficulty(start: StartPolicyConfig, task_options: Mapping[str, Any]) -> float:
+    """The start-state difficulty of the clone's demos: ``bc.difficulty``, else the task's."""
+    if start.bc.difficulty is not None:
+        return float(start.bc.difficulty)
+    return float(task_options.get("difficulty", 0.0))
+
+
+def start_demonstrations(task: str, task_options: dict[str, Any], start: StartPolicyConfig,
+                         seeds: Seeds, progress: bool = True,
+                         demo_dir: str | os.PathLike | None = None) -> Demos:
+    """The demonstrations a start is cloned on (``algo.start_policy``): the dataset folder, or
+    the cached scripted-expert demos (recorded now when the cache lacks them).
+
+    Raises:
+        ValueError: Nothing to clone on (no ``bc.demos`` and no ``dataset``).
+    """
+    if not start.clones:
+        raise ValueError("algo.start_policy.bc.demos=0 and no dataset: no demonstrations")
+    if start.dataset is not None:
+        env = tasks.make(task, **task_options)
+        shapes = {key: space.shape for key, space in env.observation_space.spaces.items()}
+        env.close()
+        return load_lerobot(start.dataset, shapes=shapes)
+    difficulty = demo_difficulty(start, task_options)
+    path = demo_file(demo_cache_dir() if demo_dir is None else demo_dir, task, task_options,
+                     start.bc.demos, difficulty, noise=start.bc.noise, seed=seeds.demos)
+    if not path.exists():
+        _record_start_demos(path, task, task_options, start.bc, difficulty, seeds.demos,
+                            progress)
+    return load_demos(path)
 
 
 def _record_start_demos(path: Path, task: str, task_options: Mapping[str, Any], bc,

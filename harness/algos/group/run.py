@@ -29,6 +29,7 @@ is where GRPO's per-attempt length normalisation and Dr. GRPO's constant normali
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -43,6 +44,7 @@ import tasks
 from harness import curriculum as curricula
 from harness.algos.group import checkpoints
 from harness.algos.group import summary as group_summary
+from harness.algos.group.anchor import BCAnchor
 from harness.algos.group.collect import (
     build_detector,
     build_refresher,
@@ -59,9 +61,11 @@ from harness.config import TrainConfig
 from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
 from harness.policies import Policy, resolve_device
+from harness.policies.heads import noise_bounded
 from harness.policies.saving import policy_record
 from harness.runs import Run
 from harness.start_policy import StartPolicy, prepare_torch
+from harness.start_policy.cloning import start_demonstrations
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +117,16 @@ class GroupRun:
         else:
             self.policy = start.policy
             self.start = {**start.metrics, "start_policy": start.file}
+        self.clone = None  # the start before algo.exploration bounds its noise
+        if start is not None and algo.exploration.active:
+            self.clone = self._bound_exploration()
         self.trainer = GroupTrainer(cfg, self.policy, self.device)
-        self.trainer.max_tokens = self.policy.spec.max_units(self.probe.max_episode_steps)
+        self.trainer.set_episode_limit(self.probe.max_episode_steps)
+        if algo.bc_coef > 0:
+            demos = start_demonstrations(cfg.task.name, self.task_options, algo.start_policy,
+                                         seeds, progress=cfg.logger.progress_bar)
+            self.trainer.anchor = BCAnchor(self.policy, demos, self.device, algo.bc_batch,
+                                           seeds.bc_anchor, algo.start_policy.bc.shift_pad)
         self.curriculum = curricula.make(cfg.curriculum.name, seed=seeds.generator,
                                          **cfg.curriculum_params())
         demos = None
@@ -139,6 +151,24 @@ class GroupRun:
         given), the device's dtypes."""
         ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
         cfg.policy.check_device(resolve_device(cfg.device))
+        head = cfg.policy.head_name
+        if cfg.algo.exploration.active and (head is None or not noise_bounded(head)):
+            raise ValueError(f"algo.exploration bounds the noise scale of a gaussian or flow "
+                             f"head; policy={cfg.policy.name} with head {head!r} has none "
+                             "that it can bound (a tokens head explores by algo.temperature)")
+
+    def _bound_exploration(self) -> Policy:
+        """Bound (or fix) the start's noise scale as ``algo.exploration`` says; the start as it
+        was (whose own sampled decoding the start evaluation measures) is returned."""
+        bounds = self.cfg.algo.exploration
+        clone = copy.deepcopy(self.policy)
+        before = self.policy.exploration()
+        self.policy.bound_exploration(bounds.low, bounds.high, bounds.fixed)
+        after = self.policy.exploration()
+        log.info("algo.exploration: noise scale %s -> %s", before, after)
+        self.start.update({f"start_exploration/{k}": v for k, v in before.items()})
+        self.start.update({f"bounded_exploration/{k}": v for k, v in after.items()})
+        return clone
 
     def _make_pool(self):
         """The rollout workers: one env per attempt of an iteration, spread over the workers."""
@@ -239,10 +269,11 @@ class GroupRun:
         which.train()
         return result
 
-    def evaluate(self, split: str, sampled: bool = False, videos: int = 0) -> EvaluationResult:
-        """The current policy on the ``validation`` seeds (``eval.episodes`` of them, which
-        choose ``best``) or the ``test`` seeds (``eval.final_episodes``, the reported figure),
-        greedy or ``sampled``.
+    def evaluate(self, split: str, sampled: bool = False, videos: int = 0,
+                 which: Policy | None = None) -> EvaluationResult:
+        """The current policy (or ``which``) on the ``validation`` seeds (``eval.episodes`` of
+        them, which choose ``best``) or the ``test`` seeds (``eval.final_episodes``, the
+        reported figure), greedy or ``sampled``.
 
         Raises:
             ValueError: An unknown split.
@@ -252,12 +283,15 @@ class GroupRun:
         ev = self.cfg.eval
         seed, episodes = ((ev.validation_seed, ev.episodes) if split == "validation"
                           else (ev.seed, ev.final_episodes))
-        return self._play(self.policy, seed, episodes, sampled, videos)
+        return self._play(self.policy if which is None else which, seed, episodes, sampled,
+                          videos)
 
-    def _test_both(self, prefix: str, videos: int = 0) -> tuple[EvaluationResult, ...]:
-        """Greedy and sampled on the test seeds, logged as ``prefix`` and ``prefix_sampled``."""
+    def _test_both(self, prefix: str, videos: int = 0,
+                   sampled_by: Policy | None = None) -> tuple[EvaluationResult, ...]:
+        """Greedy and sampled (by ``sampled_by``, else the policy) on the test seeds, logged as
+        ``prefix`` and ``prefix_sampled``."""
         greedy = self.evaluate("test", videos=videos)
-        sampled = self.evaluate("test", sampled=True)
+        sampled = self.evaluate("test", sampled=True, which=sampled_by)
         self.run.log({**greedy.metrics(prefix), **sampled.metrics(f"{prefix}_sampled")},
                      self.env_steps)
         return greedy, sampled
@@ -313,12 +347,13 @@ class GroupRun:
         validation seeds, which choose its better decoding, and on the test seeds of the final
         evaluation: what RL adds is measured against these, episode by episode."""
         validation = self.evaluate("validation")
-        validation_sampled = self.evaluate("validation", sampled=True)
+        validation_sampled = self.evaluate("validation", sampled=True, which=self.clone)
         self.run.log({**validation.metrics("start_validation"),
                       **validation_sampled.metrics("start_validation_sampled")}, 0)
         self.baseline.choose_decoding(validation, validation_sampled)
-        before, before_sampled = self._test_both("start")
+        before, before_sampled = self._test_both("start", sampled_by=self.clone)
         self.baseline.keep_test(before, before_sampled)
+        self.clone = None  # measured: the bounded policy is the one that trains
         self.start.update({"start_success_rate": before.success_rate,
                            "start_success_interval": list(before.success_interval),
                            "start_sampled_success_rate": before_sampled.success_rate})

@@ -26,7 +26,14 @@ import numpy as np
 import torch
 
 from harness.algos.rollout.core import RolloutBatch
-from harness.objectives import gae, group_advantages, kl_k3, policy_loss, value_loss
+from harness.objectives import (
+    gae,
+    group_advantages,
+    kl_k3,
+    policy_loss,
+    ratio_units,
+    value_loss,
+)
 from harness.policies import Policy, obs_to_batch
 
 log = logging.getLogger(__name__)
@@ -107,7 +114,11 @@ class GroupTrainer:
         self._trainable = [p for p in policy.parameters() if p.requires_grad]
         if self.critic is not policy:
             self._trainable += [p for p in self.critic.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self._trainable, lr=algo.learning_rate)
+        # What the value network alone moves: a separate critic whole, else the value head.
+        critic_own = (list(self.critic.parameters()) if self.critic is not policy
+                      else policy.value_parameters())
+        self._critic_ids = {id(p) for p in critic_own}
+        self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algo.learning_rate)
         # One generator for the run (saved in checkpoints): each epoch of each iteration draws
         # its own minibatch order.
         self.generator = np.random.default_rng(cfg.seeds.generator)
@@ -117,7 +128,29 @@ class GroupTrainer:
             log.warning("algo.num_iterations=%d, algo.minibatch_size=%d: one gradient step per "
                         "batch, so the ratio is always 1 and clip_low/clip_high never act",
                         algo.num_iterations, algo.minibatch_size)
-        self.max_tokens = None  # set from the env's episode limit by train()
+        self.max_tokens = None  # set from the env's episode limit (set_episode_limit)
+        self.anchor = None  # algo.bc_coef's demos (harness.algos.group.anchor), set by the run
+        self.updates_done = 0  # update() calls: the critic's warm-up counts them
+
+    def _parameter_groups(self) -> list[dict[str, Any]]:
+        """One group, or with ``algo.critic.learning_rate`` the value network's own."""
+        rate = self.algo.critic.learning_rate
+        if rate is None:
+            return [{"params": self._trainable}]
+        return [{"params": [p for p in self._trainable if id(p) not in self._critic_ids]},
+                {"params": [p for p in self._trainable if id(p) in self._critic_ids],
+                 "lr": rate}]
+
+    def set_episode_limit(self, max_episode_steps: int) -> None:
+        """Dr. GRPO's constant ``T_max`` from the attempts' step limit, in ratio units."""
+        self.max_tokens = self.policy.spec.max_ratio_units(max_episode_steps,
+                                                           self.algo.ratio.unit)
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether this update trains the value network alone (``algo.critic.
+        warmup_iterations``)."""
+        return self.updates_done < self.algo.critic.warmup_iterations
 
     def advantages(self, rollout: RolloutBatch, rewards: np.ndarray) -> torch.Tensor:
         """``(A,)`` advantages of the attempts of ``rollout`` by the run's estimator."""
@@ -159,7 +192,9 @@ class GroupTrainer:
         algo, policy = self.algo, self.policy
         obs = obs_to_batch(rollout.obs, batched=True, device=self.device)
         tokens = torch.as_tensor(rollout.decisions, device=self.device)
-        valid = policy.spec.executed_mask(torch.as_tensor(rollout.executed, device=self.device))
+        executed = torch.as_tensor(rollout.executed, device=self.device)
+        valid = policy.spec.executed_mask(executed)  # the native units (entropy's)
+        unit_valid = policy.spec.ratio_mask(executed, algo.ratio.unit)
         starts, counts = rollout.starts, rollout.decision_counts
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
 
@@ -172,35 +207,36 @@ class GroupTrainer:
         old_logp = ref_logp = None
         if len(attempts):
             kept_obs, kept_tokens, index = select_attempts(obs, tokens, starts, counts, attempts)
-            kept_valid = valid[index]
+            kept_valid, kept_executed = unit_valid[index], executed[index]
             with torch.no_grad():
                 if self.freeze_encoder:  # the encoder never changes: encode each frame once
                     kept_obs = policy.encode_frozen(kept_obs)
-                old_logp = self._log_probs(policy, kept_obs, kept_tokens)
+                old_logp = self._log_probs(policy, kept_obs, kept_tokens, kept_executed)
                 # Without a KL penalty the reference is only watched, on a subsample of steps
                 # (a full pass costs as much as a third of an update epoch on pixels).
                 if algo.beta > 0:
-                    ref_logp = self._log_probs(self.reference, kept_obs, kept_tokens)
+                    ref_logp = self._log_probs(self.reference, kept_obs, kept_tokens,
+                                               kept_executed)
             ppo = None
             if self.estimator == "vla_ppo":
                 ppo = self._decision_targets(kept_obs, kept_counts, kept_rewards)
                 metrics["explained_variance"] = [explained_variance(ppo[1], ppo[2])]
-            for _ in range(algo.num_iterations):
-                order = self.generator.permutation(len(attempts))
-                for begin in range(0, len(order), algo.minibatch_size):
-                    chosen = np.sort(order[begin:begin + algo.minibatch_size])
-                    stats = self._step(kept_obs, kept_tokens, kept_valid, kept_starts,
-                                       kept_counts, chosen, old_logp, ref_logp, kept_advantages,
-                                       kept_rewards, ppo)
-                    for key, value in stats.items():
-                        metrics.setdefault(key, []).append(float(value))
+            data = (kept_obs, kept_tokens, kept_valid, kept_executed, kept_starts, kept_counts)
+            self._epochs(data, old_logp, ref_logp, kept_advantages, kept_rewards, ppo, metrics)
 
-        result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()}
+        result = {f"train/{k}": float(np.mean(v)) for k, v in metrics.items()
+                  if k != "early_stop"}
+        if algo.target_kl is not None:
+            result["train/early_stop"] = float(bool(metrics.get("early_stop")))
+        if algo.critic.warmup_iterations:
+            result["train/critic_warmup"] = float(self.warming_up)
+        result.update({f"train/{k}": v for k, v in policy.exploration().items()})
         if old_logp is not None:
-            result.update(self._diagnostics(kept_obs, kept_valid, kept_tokens, old_logp,
-                                            ref_logp))
+            result.update(self._diagnostics(kept_obs, valid[index], kept_tokens, old_logp,
+                                            ref_logp, kept_valid, kept_executed))
         else:  # no group carried signal: nothing was evaluated, the KL is unknown
             result.update(self._diagnostics(obs, valid))
+        self.updates_done += 1
         result.update({
             "train/advantage_mean": float(advantages.mean()),
             "train/advantage_std": float(advantages.std()) if len(advantages) > 1 else 0.0,
@@ -210,24 +246,48 @@ class GroupTrainer:
         })
         return result
 
+    def _epochs(self, data, old_logp, ref_logp, advantages, rewards, ppo,
+                metrics: dict[str, list[float]]) -> None:
+        """``num_iterations`` epochs of minibatch steps over the kept attempts ``data``; with
+        ``algo.target_kl``, the epochs stop at the first minibatch whose KL(old || new) per unit
+        passes it, before its step (as SB3's PPO)."""
+        algo = self.algo
+        attempts = len(data[5])
+        for _ in range(algo.num_iterations):
+            order = self.generator.permutation(attempts)
+            for begin in range(0, attempts, algo.minibatch_size):
+                chosen = np.sort(order[begin:begin + algo.minibatch_size])
+                stats = self._step(data, chosen, old_logp, ref_logp, advantages, rewards, ppo)
+                if stats is None:
+                    metrics["early_stop"] = [1.0]
+                    return
+                for key, value in stats.items():
+                    metrics.setdefault(key, []).append(float(value))
+
     @torch.no_grad()
-    def _diagnostics(self, obs, valid, tokens=None, old_logp=None, ref_logp=None
-                     ) -> dict[str, float]:
-        """``train/entropy`` and ``train/kl_to_reference`` (k3 estimate of KL(sampling policy ||
-        reference) on the sampled tokens; NaN without ``old_logp``), means over the executed
-        tokens of a subsample of decisions: they are diagnostics, and on pixels each evaluated
-        frame costs as much as in the update itself."""
+    def _diagnostics(self, obs, valid, tokens=None, old_logp=None, ref_logp=None,
+                     unit_valid=None, executed=None) -> dict[str, float]:
+        """``train/entropy`` (per native unit) and ``train/kl_to_reference`` (k3 estimate of
+        KL(sampling policy || reference) per ratio unit on the sampled records, and its sum
+        over each decision's units, ``train/kl_to_reference_decision``; NaN without
+        ``old_logp``), means over a subsample of decisions: they are diagnostics, and on pixels
+        each evaluated frame costs as much as in the update itself."""
         stride = max(1, len(next(iter(obs.values()))) // DIAGNOSTIC_STEPS)
         sample, counted = {k: v[::stride] for k, v in obs.items()}, valid[::stride]
         entropy = self.policy.entropy(sample, self.algo.temperature)
-        kl_ref = float("nan")
+        result = {"train/entropy": float(entropy[counted].mean()),
+                  "train/kl_to_reference": float("nan")}
         if old_logp is not None:
             if ref_logp is None:
-                ref_logp = self._log_probs(self.reference, sample, tokens[::stride])
+                ref_logp = self._log_probs(self.reference, sample, tokens[::stride],
+                                           executed[::stride])
             else:
                 ref_logp = ref_logp[::stride]
-            kl_ref = float(kl_k3(old_logp[::stride], ref_logp)[counted].mean())
-        return {"train/entropy": float(entropy[counted].mean()), "train/kl_to_reference": kl_ref}
+            units = unit_valid[::stride]
+            kl = kl_k3(old_logp[::stride], ref_logp)
+            result["train/kl_to_reference"] = float(kl[units].mean())
+            result["train/kl_to_reference_decision"] = float((kl * units).sum(dim=1).mean())
+        return result
 
     def _decision_targets(self, obs, counts: np.ndarray, rewards: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -258,15 +318,18 @@ class GroupTrainer:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages, values, returns
 
-    def _step(self, obs, tokens, valid, starts, counts, chosen, old_logp, ref_logp, advantages,
-              rewards, ppo=None) -> dict[str, float]:
-        """One gradient step on the attempts ``chosen`` (indices into ``starts``/``counts``);
-        ``ppo``: vla_ppo's per-decision targets (:meth:`_decision_targets`)."""
+    def _step(self, data, chosen, old_logp, ref_logp, advantages, rewards,
+              ppo=None) -> dict[str, float] | None:
+        """One gradient step on the attempts ``chosen`` (indices into ``data``'s starts and
+        counts); ``ppo``: vla_ppo's per-decision targets (:meth:`_decision_targets`). ``None``
+        when ``algo.target_kl`` stops the epochs before it."""
         algo, policy = self.algo, self.policy
+        obs, tokens, valid, executed, starts, counts = data
         mb_obs, mb_tokens, index = select_attempts(obs, tokens, starts, counts, chosen)
         mb_counts, mb_valid = counts[chosen], valid[index]
-        logp_pad, mask = attempt_tensor(policy.log_prob(mb_obs, mb_tokens, algo.temperature),
-                                        mb_counts, mb_valid)
+        logp_pad, mask = attempt_tensor(
+            self._unit_log_probs(policy, mb_obs, mb_tokens, executed[index]), mb_counts,
+            mb_valid)
         old_pad, _ = attempt_tensor(old_logp[index], mb_counts, mb_valid)
         ref_pad = (None if ref_logp is None
                    else attempt_tensor(ref_logp[index], mb_counts, mb_valid)[0])
@@ -280,6 +343,15 @@ class GroupTrainer:
             aggregation=self.aggregation, max_tokens=self.max_tokens,
             ref_logp=ref_pad, beta=algo.beta,
         )
+        if algo.target_kl is not None and stats["approx_kl"] > algo.target_kl:
+            return None
+        warming = self.warming_up
+        if warming:  # the value network alone: its loss is all that moves it
+            loss = loss * 0.0
+        if self.anchor is not None and not warming:
+            bc = self.anchor.loss(policy)
+            loss = loss + algo.bc_coef * bc
+            stats["bc_loss"] = float(bc.detach())
         if self.estimator == "critic":
             first = torch.as_tensor(starts[chosen], device=self.device)
             value = policy.value({k: v[first] for k, v in obs.items()})
@@ -300,26 +372,44 @@ class GroupTrainer:
             )
         self.optimizer.zero_grad()
         loss.backward()
+        if warming:  # nothing but the value network steps
+            for parameter in self._trainable:
+                if id(parameter) not in self._critic_ids:
+                    parameter.grad = None
         grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable, algo.max_grad_norm)
         self.optimizer.step()
         stats["loss"] = float(loss.detach())
         stats["grad_norm"] = float(grad_norm)
         return stats
 
-    def _log_probs(self, policy, obs: dict[str, torch.Tensor],
-                   tokens: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities at the sampling temperature, in chunks of 1,024 steps."""
-        size, chunk, temperature = len(tokens), 1024, self.algo.temperature
+    def _unit_log_probs(self, policy, obs: dict[str, torch.Tensor], records: torch.Tensor,
+                        executed: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities ``(B, U)`` of ``records`` at the sampling temperature, in the units
+        of ``algo.ratio`` (:func:`harness.objectives.ratio_units`; the policy's own with
+        ``native``)."""
+        ratio, temperature = self.algo.ratio, self.algo.temperature
+        if ratio.unit == "native":
+            return policy.log_prob(obs, records, temperature)
+        parts = policy.log_prob_parts(obs, records, temperature)
+        return ratio_units(parts, executed, ratio.unit, ratio.normalize, ratio.clamp)
+
+    def _log_probs(self, policy, obs: dict[str, torch.Tensor], tokens: torch.Tensor,
+                   executed: torch.Tensor) -> torch.Tensor:
+        """:meth:`_unit_log_probs` in chunks of 1,024 decisions."""
+        size, chunk = len(tokens), 1024
         return torch.cat([
-            policy.log_prob({k: v[i:i + chunk] for k, v in obs.items()}, tokens[i:i + chunk],
-                            temperature)
+            self._unit_log_probs(policy, {k: v[i:i + chunk] for k, v in obs.items()},
+                                 tokens[i:i + chunk], executed[i:i + chunk])
             for i in range(0, size, chunk)
         ])
 
     def state_dict(self) -> dict[str, Any]:
         state = {"policy": self.policy.state_dict(), "reference": self.reference.state_dict(),
                  "optimizer": self.optimizer.state_dict(),
-                 "minibatch_rng": self.generator.bit_generator.state}
+                 "minibatch_rng": self.generator.bit_generator.state,
+                 "updates_done": self.updates_done}
+        if self.anchor is not None:
+            state["bc_anchor"] = self.anchor.state_dict()
         if self.critic is not self.policy:
             state["critic"] = self.critic.state_dict()
         return state
@@ -334,6 +424,9 @@ class GroupTrainer:
             self.critic.load_state_dict(state["critic"])
         if "minibatch_rng" in state:
             self.generator.bit_generator.state = state["minibatch_rng"]
+        self.updates_done = int(state.get("updates_done", 0))
+        if self.anchor is not None and "bc_anchor" in state:
+            self.anchor.load_state_dict(state["bc_anchor"])
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except ValueError as error:  # Adam's state covers another set of parameters

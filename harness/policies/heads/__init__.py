@@ -21,7 +21,6 @@ register_head("gaussian", "harness.policies.heads.gaussian:GaussianHead")
 register_head("flow", "harness.policies.heads.flow:FlowHead")
 
 
-
 def make_head(name: str, feature_dim: int, chunk_size: int, action_dim: int = 4,
               **options: Any):
     """Build the registered action head ``name``.
@@ -49,6 +48,14 @@ def make_head(name: str, feature_dim: int, chunk_size: int, action_dim: int = 4,
     return head(feature_dim, chunk_size, action_dim, **options)
 
 
+def noise_bounded(name: str) -> bool:
+    """Whether the registered head ``name`` has a noise scale ``algo.exploration`` can bound
+    (it overrides :meth:`ActionHead.bound_noise`)."""
+    from harness.policies.heads.base import ActionHead
+
+    return head_class(name).bound_noise is not ActionHead.bound_noise
+
+
 _EXPORTS = {
     "ActionHead": "base", "BCScores": "base", "Decision": "base",
     "gaussian_log_density": "base", "uniforms_to_normals": "base",
@@ -58,7 +65,7 @@ _EXPORTS = {
 __all__ = [
     "ActionHead", "BCScores", "Decision", "FlowHead", "GaussianHead", "TokenHead",
     "actions_to_tokens", "gaussian_log_density", "sample_tokens", "tokens_to_actions",
-    "make_head", "uniforms_to_normals",
+    "make_head", "noise_bounded", "uniforms_to_normals",
 ]
 
 

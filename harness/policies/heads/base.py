@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -102,6 +102,33 @@ def continuous_bc_scores(loss: torch.Tensor, greedy: torch.Tensor, targets: torc
     entries = steps.sum().item() * targets.shape[-1]
     error = ((greedy - targets).abs() * steps.unsqueeze(-1)).sum().item()
     return BCScores(loss.item() * entries, math.nan, error, entries)
+
+
+def scale_figures(scales: torch.Tensor) -> dict[str, float]:
+    """``std_mean``, ``std_min`` and ``std_max`` of a head's noise scales, for the log."""
+    scales = scales.detach().float()
+    return {"std_mean": float(scales.mean()), "std_min": float(scales.min()),
+            "std_max": float(scales.max())}
+
+
+def checked_bounds(low: float | None, high: float | None, fixed: float | None,
+                   now: tuple[float, float]) -> tuple[float, float]:
+    """The noise bounds ``algo.exploration`` asks for: ``(fixed, fixed)``, or ``low`` and
+    ``high`` with ``None`` keeping the bound ``now`` has.
+
+    Raises:
+        ValueError: A bound that is not a positive finite number, or ``low > high``.
+    """
+    if fixed is not None:
+        low = high = fixed
+    low = now[0] if low is None else low
+    high = now[1] if high is None else high
+    for name, value in (("low", low), ("high", high)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"noise bound {name}={value!r}; need a positive finite number")
+    if low > high:
+        raise ValueError(f"noise bounds low={low} > high={high}")
+    return float(low), float(high)
 
 
 class ActionHead(nn.Module, ABC):
@@ -191,6 +218,48 @@ class ActionHead(nn.Module, ABC):
         """Units of :meth:`unit_log_probs` per control step of the chunk; 0 when one unit
         covers the whole decision."""
         return 0
+
+    @property
+    def parts_per_element(self) -> int:
+        """``P``: log-probability parts of one chunk element (:meth:`log_prob_parts`)."""
+        return 1
+
+    def log_prob_parts(self, features: torch.Tensor, record: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The decision's log-density as parts ``(B, P, H, A)`` that sum to :meth:`log_prob`:
+        ``P`` terms for each chunk element (the ratio units of
+        :func:`harness.objectives.ratio_units` are cut from them). A head whose units are its
+        elements (``units_per_step() == A``) has one part per element, its unit.
+
+        Raises:
+            NotImplementedError: A head with one unit per decision that does not say how its
+                log-density splits over the chunk's elements.
+        """
+        if self.units_per_step() != self.action_dim:
+            raise NotImplementedError(
+                f"{type(self).__name__} scores a decision as one unit and does not split it "
+                "over the chunk's elements; use algo.ratio.unit=native with it")
+        units = self.unit_log_probs(features, record, temperature)
+        return units.view(-1, 1, self.chunk_size, self.action_dim)
+
+    def exploration(self) -> dict[str, float]:
+        """Figures of the head's learned exploration noise for the log (``std_mean``,
+        ``std_min``, ``std_max`` of a Gaussian's std or a flow's noise scales); none here."""
+        return {}
+
+    def bound_noise(self, low: float | None, high: float | None,
+                    fixed: float | None) -> dict[str, Any]:
+        """Bound the head's noise scale to ``[low, high]`` (``None``: keep that bound), or fix
+        it at ``fixed`` and stop learning it, keeping every scale already inside the bounds
+        (``algo.exploration``); returns the head options that rebuild it so.
+
+        Raises:
+            ValueError: A head without a noise scale of its own (the tokens head explores by
+                ``algo.temperature``).
+        """
+        raise ValueError(f"algo.exploration bounds the noise scale of the gaussian and flow "
+                         f"heads; {type(self).__name__} has none (a tokens head explores by "
+                         "algo.temperature)")
 
     def noise_from_uniforms(self, uniforms: torch.Tensor) -> torch.Tensor:
         """The ``noise`` of :meth:`sample` from ``(B, noise_dim)`` uniforms in ``[0, 1)``: standard

@@ -44,8 +44,10 @@ from harness.policies.heads.base import (
     ActionHead,
     Decision,
     check_temperature,
+    checked_bounds,
     gaussian_log_density,
     positive_int,
+    scale_figures,
 )
 
 NOISE_KINDS: tuple[str, ...] = ("learned", "network")
@@ -88,15 +90,25 @@ def greedy_chain(drift: Drift, start: torch.Tensor, steps: int) -> torch.Tensor:
     return x
 
 
-def chain_log_density(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
-                      temperature: float) -> torch.Tensor:
-    """``(B,)`` log-density of chains ``(B, K + 1, D)`` whose steps have means ``(B, K, D)`` and
-    scales ``T * sigma_k`` (``stds``, broadcastable to ``(B, K, D)``)."""
-    rows = chain.shape[0]
+def chain_log_density_parts(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
+                            temperature: float) -> torch.Tensor:
+    """The chain's log-density per element and term, ``(B, K + 1, D)``: row 0 is ``log N(x_0;
+    0, T^2)``, row ``k + 1`` the ``k``-th step's ``log N(x_{k+1}; mu_k, T^2 sigma_k^2)``, for
+    chains ``(B, K + 1, D)`` whose steps have means ``(B, K, D)`` and scales ``T * sigma_k``
+    (``stds``, broadcastable to ``(B, K, D)``). Each step is a diagonal Gaussian given ``x_k``,
+    so its density is the sum of its elements' terms."""
     x0 = chain[:, 0]
     start = gaussian_log_density(x0, torch.zeros_like(x0), x0.new_tensor(temperature))
-    steps = gaussian_log_density(chain[:, 1:], means, stds).reshape(rows, -1)
-    return start.sum(dim=-1) + steps.sum(dim=-1)
+    steps = gaussian_log_density(chain[:, 1:], means, stds)
+    return torch.cat([start.unsqueeze(1), steps], dim=1)
+
+
+def chain_log_density(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
+                      temperature: float) -> torch.Tensor:
+    """``(B,)`` log-density of chains ``(B, K + 1, D)`` (see :func:`chain_log_density_parts`):
+    the start's terms summed, plus every step's."""
+    parts = chain_log_density_parts(chain, means, stds, temperature)
+    return parts[:, 0].sum(dim=-1) + parts[:, 1:].reshape(len(parts), -1).sum(dim=-1)
 
 
 def time_embedding(t: torch.Tensor) -> torch.Tensor:
@@ -144,6 +156,8 @@ class FlowHead(ActionHead):
             sigma_min: Smallest noise scale.
             sigma_max: Largest noise scale.
             sigma_init: Initial noise scale, everywhere.
+            learn_noise: Train the noise scales by RL (BC never does); ``False`` keeps them
+                where they are (``algo.exploration.fixed``).
         """
 
         steps: int = 4
@@ -152,6 +166,7 @@ class FlowHead(ActionHead):
         sigma_min: float = 0.02
         sigma_max: float = 0.5
         sigma_init: float = 0.1
+        learn_noise: bool = True
 
         def __post_init__(self) -> None:
             for name, top in (("steps", MAX_STEPS), ("hidden", MAX_HIDDEN)):
@@ -172,10 +187,10 @@ class FlowHead(ActionHead):
     def __init__(self, feature_dim: int, chunk_size: int, action_dim: int = 4, *,
                  steps: int = 4, hidden: int = 128, noise: str = "learned",
                  sigma_min: float = 0.02, sigma_max: float = 0.5,
-                 sigma_init: float = 0.1) -> None:
+                 sigma_init: float = 0.1, learn_noise: bool = True) -> None:
         super().__init__(feature_dim, chunk_size, action_dim)
         self.Config(positive_int("steps", steps), positive_int("hidden", hidden), noise,
-                    sigma_min, sigma_max, sigma_init)  # checks
+                    sigma_min, sigma_max, sigma_init, learn_noise)  # checks
         self.steps = steps
         self.noise, self.sigma_min, self.sigma_max = noise, float(sigma_min), float(sigma_max)
         self.record_dim = self.noise_dim = (self.steps + 1) * self.chunk_dim
@@ -190,6 +205,57 @@ class FlowHead(ActionHead):
                                                nn.Linear(hidden, self.chunk_dim))
             nn.init.zeros_(self.noise_network[-1].weight)
             nn.init.constant_(self.noise_network[-1].bias, noise_logit)
+        if not learn_noise:
+            self._noise_parameters().requires_grad_(False)
+
+    def _noise_parameters(self) -> nn.Module | nn.Parameter:
+        return self.noise_logit if self.noise == "learned" else self.noise_network
+
+    def _scale(self, logit: torch.Tensor) -> torch.Tensor:
+        return self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(logit)
+
+    def exploration(self) -> dict[str, float]:
+        """The noise scales at temperature 1 (of the noise network's bias, with
+        ``noise="network"``)."""
+        logit = self.noise_logit if self.noise == "learned" else self.noise_network[-1].bias
+        return scale_figures(self._scale(logit))
+
+    def bound_noise(self, low: float | None, high: float | None,
+                    fixed: float | None) -> dict[str, object]:
+        """The noise scales moved into ``[low, high]`` (each one inside already unchanged), or
+        fixed at ``fixed`` and no longer trained.
+
+        Raises:
+            ValueError: Bounds on a ``noise="network"`` head (its scales depend on the state,
+                so they cannot be kept), or ``low == high`` without ``fixed``.
+        """
+        if self.noise != "learned" and fixed is None:
+            raise ValueError("algo.exploration.low/high keep a flow head's scales only with "
+                             "noise=learned; use algo.exploration.fixed with noise=network")
+        low, high = checked_bounds(low, high, fixed, (self.sigma_min, self.sigma_max))
+        if fixed is not None:
+            low, high = fixed / 2.0, fixed * 2.0
+        elif low == high:
+            raise ValueError(f"algo.exploration.low = high = {low}: to fix the noise scale "
+                             "use algo.exploration.fixed")
+        with torch.no_grad():
+            if self.noise == "learned":
+                target = (self._scale(self.noise_logit) if fixed is None
+                          else torch.full_like(self.noise_logit, fixed))
+            else:
+                self.noise_network[-1].weight.zero_()
+                target = torch.full_like(self.noise_network[-1].bias, fixed)
+            fraction = ((target.clamp(low, high) - low) / (high - low)).clamp(1e-4, 1 - 1e-4)
+            self.sigma_min, self.sigma_max = low, high
+            logit = self.noise_logit if self.noise == "learned" else self.noise_network[-1].bias
+            logit.copy_(torch.log(fraction) - torch.log1p(-fraction))
+            init = float(self._scale(logit).mean().clamp(low + 1e-6 * (high - low),
+                                                        high - 1e-6 * (high - low)))
+        options: dict[str, object] = {"sigma_min": low, "sigma_max": high, "sigma_init": init}
+        if fixed is not None:
+            self._noise_parameters().requires_grad_(False)
+            options["learn_noise"] = False
+        return options
 
     # --- the pieces of one step ---------------------------------------------------------------
 
@@ -209,7 +275,7 @@ class FlowHead(ActionHead):
             logit = self.noise_logit[step]
         else:
             logit = self.noise_network(self._inputs(x, step / self.steps, features))
-        return self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(logit)
+        return self._scale(logit)
 
     def _steps(self, rows: int, k: int, device: torch.device) -> torch.Tensor:
         return torch.full((rows,), k, dtype=torch.long, device=device)
@@ -251,10 +317,27 @@ class FlowHead(ActionHead):
         x = record[:, -dim:]
         return Decision(self._to_actions(x), record, self.log_prob(features, record, temperature))
 
+    @property
+    def parts_per_element(self) -> int:
+        """``K + 1``: the start ``x_0`` and each denoising step."""
+        return self.steps + 1
+
     def log_prob(self, features: torch.Tensor, record: torch.Tensor,
                  temperature: float = 1.0) -> torch.Tensor:
         """``(B,)`` log-density of the chain ``record`` at ``temperature``; all ``K`` steps are
         scored in one batched pass of the networks."""
+        chain, means, stds, temperature = self._chain_terms(features, record, temperature)
+        return chain_log_density(chain, means, stds, temperature)
+
+    def log_prob_parts(self, features: torch.Tensor, record: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The chain's terms per element, ``(B, K + 1, H, A)`` (:func:`chain_log_density_parts`)."""
+        parts = chain_log_density_parts(*self._chain_terms(features, record, temperature))
+        return parts.view(-1, self.steps + 1, self.chunk_size, self.action_dim)
+
+    def _chain_terms(self, features: torch.Tensor, record: torch.Tensor, temperature: float):
+        """The recorded chain ``(B, K + 1, D)``, its steps' means and scales ``(B, K, D)`` and
+        the checked temperature."""
         temperature = check_temperature(temperature)
         features = self.check_features(features)
         chain = self.check_record(features, record).view(-1, self.steps + 1, self.chunk_dim)
@@ -265,7 +348,7 @@ class FlowHead(ActionHead):
         mean = before + self.velocity_at(before, step / self.steps, repeated) / self.steps
         std = temperature * self.sigma_at(step, before, repeated)
         shape = (rows, self.steps, self.chunk_dim)
-        return chain_log_density(chain, mean.view(shape), std.view(shape), temperature)
+        return chain, mean.view(shape), std.view(shape), temperature
 
     def greedy(self, features: torch.Tensor) -> torch.Tensor:
         """The noiseless Euler ODE from ``x_0 = 0``: ``clip(x_K, -1, 1)``, ``(B, H, A)``."""

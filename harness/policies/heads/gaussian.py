@@ -18,8 +18,10 @@ from harness.policies.heads.base import (
     ActionHead,
     Decision,
     check_temperature,
+    checked_bounds,
     gaussian_log_density,
     positive_int,
+    scale_figures,
 )
 
 
@@ -48,6 +50,7 @@ class GaussianHead(ActionHead):
         log_std_init: Initial ``log std``.
         log_std_min: Lower clamp of ``log std``.
         log_std_max: Upper clamp of ``log std``.
+        learn_std: Train the std (by BC and RL); ``False`` keeps it where it is.
 
     Raises:
         ValueError: ``log_std_min <= log_std_init <= log_std_max`` does not hold.
@@ -63,12 +66,15 @@ class GaussianHead(ActionHead):
             log_std_init: Initial ``log std``.
             log_std_min: Lower clamp of ``log std``.
             log_std_max: Upper clamp of ``log std``.
+            learn_std: Train the std (by BC and RL); ``False`` keeps it where it is (a fixed
+                exploration noise, ``algo.exploration.fixed``).
         """
 
         state_dependent_std: bool = False
         log_std_init: float = -0.5
         log_std_min: float = -5.0
         log_std_max: float = 1.0
+        learn_std: bool = True
 
         def __post_init__(self) -> None:
             values = (self.log_std_min, self.log_std_init, self.log_std_max)
@@ -83,9 +89,11 @@ class GaussianHead(ActionHead):
 
     def __init__(self, feature_dim: int, chunk_size: int, action_dim: int = 4, *,
                  state_dependent_std: bool = False, log_std_init: float = -0.5,
-                 log_std_min: float = -5.0, log_std_max: float = 1.0) -> None:
+                 log_std_min: float = -5.0, log_std_max: float = 1.0,
+                 learn_std: bool = True) -> None:
         super().__init__(feature_dim, chunk_size, action_dim)
-        self.Config(state_dependent_std, log_std_init, log_std_min, log_std_max)  # checks
+        self.Config(state_dependent_std, log_std_init, log_std_min, log_std_max,
+                    learn_std)  # checks
         self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
         self.record_dim = self.noise_dim = self.chunk_dim
         self.mean = nn.Linear(feature_dim, self.chunk_dim)
@@ -96,6 +104,37 @@ class GaussianHead(ActionHead):
             nn.init.constant_(self.log_std_layer.bias, log_std_init)
         else:
             self.log_std = nn.Parameter(torch.full((self.chunk_dim,), float(log_std_init)))
+        if not learn_std:
+            self._std_parameters().requires_grad_(False)
+
+    def _std_parameters(self) -> nn.Module | nn.Parameter:
+        return self.log_std_layer if self.state_dependent_std else self.log_std
+
+    def exploration(self) -> dict[str, float]:
+        """The std at temperature 1 (of the bias, with a state-dependent std)."""
+        raw = self.log_std_layer.bias if self.state_dependent_std else self.log_std
+        return scale_figures(raw.clamp(self.log_std_min, self.log_std_max).exp())
+
+    def bound_noise(self, low: float | None, high: float | None,
+                    fixed: float | None) -> dict[str, object]:
+        """The std clamped to ``[low, high]``, or fixed at ``fixed`` and no longer trained
+        (a state-dependent std then reads nothing from the state)."""
+        now = (math.exp(self.log_std_min), math.exp(self.log_std_max))
+        low, high = checked_bounds(low, high, fixed, now)
+        self.log_std_min, self.log_std_max = math.log(low), math.log(high)
+        options: dict[str, object] = {"log_std_min": self.log_std_min,
+                                       "log_std_max": self.log_std_max}
+        with torch.no_grad():
+            raw = self.log_std_layer.bias if self.state_dependent_std else self.log_std
+            options["log_std_init"] = min(max(float(raw.mean()), self.log_std_min),
+                                          self.log_std_max)
+            if fixed is not None:
+                raw.fill_(self.log_std_min)
+                if self.state_dependent_std:
+                    self.log_std_layer.weight.zero_()
+                self._std_parameters().requires_grad_(False)
+                options["learn_std"] = False
+        return options
 
     def mean_and_log_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and clamped ``log std`` of ``u`` at temperature 1, each ``(B, H * A)``."""

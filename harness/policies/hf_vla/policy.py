@@ -385,6 +385,21 @@ class HFVLAPolicy(nn.Module):
         log_probs = F.log_softmax(self.logits(obs, tokens) / temperature, dim=-1)
         return log_probs.gather(-1, tokens.long().to(log_probs.device).unsqueeze(-1)).squeeze(-1)
 
+    def log_prob_parts(self, obs: Mapping[str, torch.Tensor], tokens: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """:meth:`log_prob` as parts ``(B, 1, 1, action_dim)``: one token per element."""
+        return self.log_prob(obs, tokens, temperature).view(-1, 1, 1, self.config.action_dim)
+
+    def exploration(self) -> dict[str, float]:
+        """Nothing: the tokens explore by the sampling temperature."""
+        return {}
+
+    def bound_exploration(self, low: float | None, high: float | None,
+                          fixed: float | None) -> None:
+        """Raises: ValueError: the tokens have no noise scale (``algo.temperature``)."""
+        raise ValueError("algo.exploration bounds the noise scale of a gaussian or flow head; "
+                         "policy=hf_vla samples tokens (explore by algo.temperature)")
+
     def entropy(self, obs: Mapping[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
         """Entropy ``(B, action_dim)`` of each dimension given the greedy earlier tokens."""
         log_probs = F.log_softmax(self.logits(obs) / temperature, dim=-1)
@@ -393,6 +408,10 @@ class HFVLAPolicy(nn.Module):
     def value(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Value estimate ``(B,)`` from the prefix's last hidden state."""
         return self.value_head(self.features(obs)).squeeze(-1)
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value head's parameters."""
+        return list(self.value_head.parameters())
 
     # --- behaviour cloning and fine-tuning ----------------------------------------------------
 
@@ -471,6 +490,11 @@ class AdaptersOff:
     def log_prob(self, obs, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         with torch.no_grad(), self.policy.adapters_disabled():
             return self.policy.log_prob(obs, tokens, temperature)
+
+    def log_prob_parts(self, obs, tokens: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        with torch.no_grad(), self.policy.adapters_disabled():
+            return self.policy.log_prob_parts(obs, tokens, temperature)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: torch.zeros_like(v) if ".lora_B." in k else v

@@ -50,9 +50,15 @@ from harness.policies.heads.base import (
     LOG_SQRT_2PI,
     BCScores,
     continuous_bc_scores,
+    scale_figures,
     uniforms_to_normals,
 )
-from harness.policies.heads.flow import chain_log_density, greedy_chain, sample_chain
+from harness.policies.heads.flow import (
+    chain_log_density,
+    chain_log_density_parts,
+    greedy_chain,
+    sample_chain,
+)
 from harness.policies.hf_vla.models import check_dtype
 from harness.policies.observations import ObsShapes
 from harness.policies.smolvla import TINY, SmolVLAPolicyConfig
@@ -174,7 +180,8 @@ class SmolVLAPolicy(nn.Module):
                           action_dim=self.config.action_dim, units_per_step=0,
                           noise_width=(self.steps + 1) * self.entries,
                           feature_dim=self.feature_dim, input_keys=keys,
-                          folder_format="lerobot")
+                          folder_format="lerobot", parts_per_element=self.steps + 1,
+                          part_width=self.entries // self.config.chunk_size)
 
     # --- writing back -------------------------------------------------------------------------
 
@@ -295,13 +302,31 @@ class SmolVLAPolicy(nn.Module):
 
     def log_prob(self, obs, records: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """``(B, 1)``: the chain's log-density at ``temperature`` (one unit per decision)."""
+        return chain_log_density(*self._chain_terms(obs, records, temperature)).unsqueeze(-1)
+
+    def log_prob_parts(self, obs, records: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+        """The chain's terms ``(B, K + 1, H, W)`` per chunk entry and (padded) action column."""
+        parts = chain_log_density_parts(*self._chain_terms(obs, records, temperature))
+        return parts.view(len(parts), self.steps + 1, self.config.chunk_size, -1)
+
+    def _chain_terms(self, obs, records: torch.Tensor, temperature: float):
         cache, pads = self.encode(obs)
         chain = records.float().view(-1, self.steps + 1, self.entries)
         drift = self._drift(cache, pads)
         means = torch.stack([chain[:, k] + drift(chain[:, k], k) / self.steps
                              for k in range(self.steps)], dim=1)
-        stds = temperature * self.sigma()
-        return chain_log_density(chain, means, stds, temperature).unsqueeze(-1)
+        return chain, means, temperature * self.sigma(), temperature
+
+    def exploration(self) -> dict[str, float]:
+        """The chain's noise scales at temperature 1."""
+        return scale_figures(self.sigma())
+
+    def bound_exploration(self, low: float | None, high: float | None,
+                          fixed: float | None) -> None:
+        """Raises: ValueError: SmolVLA's noise scales keep their own bounds."""
+        raise ValueError(f"algo.exploration is not available for policy=smolvla: its noise "
+                         f"scales stay in [{SIGMA_MIN}, {SIGMA_MAX}]")
 
     def entropy(self, obs, temperature: float = 1.0) -> torch.Tensor:
         """Exact entropy of the chain, ``(B, 1)``: ``sigma`` does not depend on the state."""
@@ -313,6 +338,10 @@ class SmolVLAPolicy(nn.Module):
     def value(self, obs) -> torch.Tensor:
         """Value estimate ``(B,)`` from the prefix's mean embedding."""
         return self.value_head(self.features(obs)).squeeze(-1)
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value head's parameters."""
+        return list(self.value_head.parameters())
 
     def bc_loss(self, obs, target_chunks: torch.Tensor, valid: torch.Tensor | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
