@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.config.algos import RATIO_UNITS
-
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce")
-AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_sum_const", "token_mean")
+from harness.objective_names import AGGREGATIONS, ESTIMATORS, RATIO_UNITS  # noqa: F401
 
 _GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 

@@ -20,14 +20,11 @@ from harness.config.bounds import (
 from harness.config.errors import check
 from harness.config.rollout import ResetNoiseConfig, RolloutConfig
 from harness.config.start import StartPolicyConfig, StartsConfig
+from harness.objective_names import AGGREGATIONS, RATIO_UNITS
 
 SB3_ALGOS: tuple[str, ...] = ("ppo", "a2c", "trpo")
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "critic", "reinforce", "vla_ppo")
 CRITICS: tuple[str, ...] = ("shared", "separate")  # vla_ppo's value network
-# What one clipped ratio covers (harness.objectives.ratio_units): ``native`` is each head's own
-# unit (a token, a Gaussian chunk entry, a whole flow chain); the others are cut from a
-# decision's log-prob parts.
-RATIO_UNITS: tuple[str, ...] = ("native", "decision", "step", "element", "chain_element")
 ZERO_SIGNAL: tuple[str, ...] = ("keep", "drop", "resample")
 # Counts of SB3's algorithms, each at most MAX_COUNT (their lower bounds are their own checks).
 SB3_COUNTS: tuple[str, ...] = ("batch_size", "n_epochs", "cg_max_steps", "line_search_max_iter",
@@ -335,8 +332,6 @@ class GroupAlgoConfig(AlgoConfig):
     bc_batch: int = 64
 
     def __post_init__(self) -> None:
-        from harness.objectives import AGGREGATIONS  # imports torch: here, not at import
-
         super().__post_init__()
         check(self.name in GROUP_ALGOS,
               f"algo.name={self.name!r} with the group schema; choose one of {GROUP_ALGOS}")
