@@ -1,18 +1,25 @@
-"""Shared test settings: one torch thread, headless rendering chosen by ``tasks``, and the groups
-by which ``make test`` spreads the suite over two processes (pytest-xdist, ``--dist loadgroup``).
+"""Shared test settings: one torch thread, headless rendering chosen by ``tasks``, the groups
+by which ``make test`` spreads the suite over two processes (pytest-xdist, ``--dist loadgroup``),
+and ``built_once`` for an artefact that both processes read.
 """
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 import tasks  # noqa: F401  (sets MUJOCO_GL before anything imports mujoco)
 
 torch.set_num_threads(1)
 
-# Tests that start local Ray clusters (a file of them, or a test marked ``ray``): one worker runs
+# Tests that start local Ray clusters, or that reach for one, are marked ``ray``: one worker runs
 # them all, one after the other, so that two clusters never start side by side (a second
-# ``ray.init`` may join the first, which the first test then shuts down under it).
-RAY_FILES = {"test_rollout_backends.py"}
+# ``ray.init`` may join the first, which the first test then shuts down under it). The other
+# tests of their files balance across the workers as every file does.
 
 
 @pytest.hookimpl(trylast=True)
@@ -27,9 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist's and after ``-m`` has deselected what it deselects."""
     loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist's workers
     for item in items:
-        name = item.path.name
-        ray = name in RAY_FILES or item.get_closest_marker("ray") is not None
-        group = "ray" if ray else name
+        group = "ray" if item.get_closest_marker("ray") is not None else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and not item.nodeid.endswith(f"@{group}"):
             tagged = f"{item.nodeid}@{group}"
@@ -37,3 +42,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item._id = type(item._id).parse(tagged)
             else:
                 item._nodeid = tagged
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``built_once(name, build)``: the folder ``name``, which ``build(folder)`` fills once per
+    test run, shared by both xdist workers: the first to ask builds it under a lock, the other
+    waits for it and reads it.
+
+    For an expensive artefact that tests of two groups read (a sweep that the Ray group and the
+    rest of its file both compare against); tests copy it before they change it. Without xdist,
+    or where a build failed half-way (no ``.built`` mark), it is built afresh."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built_once"
+    root.mkdir(exist_ok=True)
+
+    def build_or_reuse(name: str, build: Callable[[Path], None]) -> Path:
+        folder, done = root / name, root / f"{name}.built"
+        with FileLock(str(root / f"{name}.lock")):
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                build(folder)
+                done.touch()
+        return folder
+
+    return build_or_reuse

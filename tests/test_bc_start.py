@@ -4,8 +4,6 @@ and the MLP token policy's state normalisation fitted on the demos. Real scenes 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -237,18 +235,17 @@ def test_bad_options_are_refused_by_name(tmp_path):
     assert cfg.algo.start_policy.bc.keep == "last"  # likewise
 
 
-def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path):
-    root = Path(__file__).resolve().parent.parent
-    common = [sys.executable, "scripts/collect_demos.py", "task=reach", "task.obs_mode=state",
-              "episodes=1", "noise=0.3", f"hydra.run.dir={tmp_path / 'hydra'}"]
+def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_path, capsys):
+    """The demo app (``scripts/collect_demos.py``'s ``main``, in this process)."""
+    from harness.apps import collect_demos as app
+
+    common = ["task=reach", "task.obs_mode=state", "episodes=1", "noise=0.3",
+              f"hydra.run.dir={tmp_path / 'hydra'}"]
     out = tmp_path / "reach.hdf5"
-    done = subprocess.run([*common, "label=expert", f"out={out}"], cwd=root,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert app.main([*common, "label=expert", f"out={out}"]) == 0, capsys.readouterr().err
     with h5py.File(out, "r") as f:
         assert "executed_actions" in f["data/demo_0"]
-    refused = subprocess.run([*common, "label=noisy", f"out={tmp_path / 'x.hdf5'}"], cwd=root,
-                             capture_output=True, text=True)
-    assert refused.returncode == 1
-    assert "label='noisy'; choose one of ('executed', 'expert')" in refused.stderr
+    capsys.readouterr()
+    assert app.main([*common, "label=noisy", f"out={tmp_path / 'x.hdf5'}"]) == 1
+    assert "label='noisy'; choose one of ('executed', 'expert')" in capsys.readouterr().err
     assert not (tmp_path / "x.hdf5").exists()

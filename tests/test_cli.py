@@ -1,8 +1,13 @@
 """The command line: every script answers ``--help`` (a Hydra app's without importing torch, and
 with Hydra unpatched); the Hydra apps list their keys, print their configuration, run on tiny
 settings, take a sweep's job folder as ``checkpoint=`` as written and refuse bad values naming the
-key; ``import harness`` registers the Gymnasium ids. Each check runs the scripts in a subprocess,
-as a user would (the studies' and benchmarks' ``--help`` all in one, each as ``__main__``)."""
+key; ``import harness`` registers the Gymnasium ids.
+
+What depends on a fresh interpreter (``--help``'s imports, Hydra unpatched, the Gymnasium ids)
+runs the scripts in a subprocess, as a user would (the studies' and benchmarks' ``--help`` all in
+one, each as ``__main__``). What the apps print and write runs their ``main(argv)`` in this
+process (:func:`app`): ``scripts/<name>.py`` calls that same function, and a start of the
+interpreter per case only added seconds."""
 
 from __future__ import annotations
 
@@ -49,6 +54,17 @@ def run(script: str, *args: str, check: bool = True,
     return done
 
 
+def app(capsys, script: str, *args: str, check: bool = True) -> tuple[int, str, str]:
+    """``scripts/<script>.py args...`` as the app's ``main`` in this process: its exit status,
+    stdout and stderr (what the test printed before is dropped)."""
+    capsys.readouterr()
+    status = importlib.import_module(f"harness.apps.{script}").main(list(args))
+    out, err = capsys.readouterr()
+    if check:
+        assert status == 0, err[-3000:]
+    return status, out, err
+
+
 @functools.cache
 def help_run(script: str) -> subprocess.CompletedProcess:
     """``scripts/<script>.py --help``, once per script, with the imports' times on stderr."""
@@ -91,9 +107,14 @@ def study_help() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    """A one-job sweep's run folder: its name, ``0_algo.group_size=2,...``, holds = and ,."""
+    """A one-job sweep's run folder: its name, ``0_algo.group_size=2,...``, holds = and ,.
+    The training app in this process, its one job run in place by Hydra's basic launcher (the
+    folder is named alike by every launcher; tests/test_launchers.py runs the others)."""
+    from harness.apps import train
+
     sweep = tmp_path_factory.mktemp("cli") / "sweep"
-    run("train", "-m", *TINY_TRAIN, f"hydra.sweep.dir={sweep}")
+    assert train.main(["-m", *TINY_TRAIN, "hydra/launcher=basic",
+                       f"hydra.sweep.dir={sweep}"]) == 0
     (run_dir,) = sweep.glob("0_*")
     assert "=" in run_dir.name and "," in run_dir.name
     return run_dir
@@ -161,17 +182,20 @@ def test_no_app_patches_hydra():
 
 
 @pytest.mark.parametrize("script", KEYED_APPS)
-def test_hydra_app_help_names_every_key_of_its_config(script):
-    keys = yaml.safe_load(run(script, "--cfg", "job").stdout)
+def test_hydra_app_help_names_every_key_of_its_config(script, capsys):
+    keys = yaml.safe_load(app(capsys, script, "--cfg", "job")[1])
     text = help_text(script)
     missing = [key for key in keys if f"\n{key} " not in text]
     assert not missing, f"{missing} missing from scripts/{script}.py --help"
 
 
-def test_main_job_config_is_the_experiment_and_main_py_prints_the_same():
-    config = run("train", "+experiment=main_job", "--cfg", "job").stdout
+def test_main_job_config_is_the_experiment_and_main_py_prints_the_same(capsys):
+    def printed(script: str, *args: str) -> str:
+        return app(capsys, script, *args)[1]
+
+    config = printed("train", "+experiment=main_job", "--cfg", "job")
     # The main job plays push_full_pixels, setting for setting.
-    assert config == run("train", "+experiment=push_full_pixels", "--cfg", "job").stdout
+    assert config == printed("train", "+experiment=push_full_pixels", "--cfg", "job")
     assert "  iterations: 150\n" in config
     job = yaml.safe_load(config)
     assert (job["task"]["name"], job["policy"]["name"], job["algo"]["name"]) == \
@@ -180,11 +204,11 @@ def test_main_job_config_is_the_experiment_and_main_py_prints_the_same():
         (1.0, "pixels", "fast")
     assert job["max_minutes"] == 40 and job["algo"]["start_policy"]["bc"]["demos"] == 200
     # The main job until 2026-12-05 keeps its settings under its own name.
-    easy = yaml.safe_load(run("train", "+experiment=push_easy_pixels", "--cfg", "job").stdout)
+    easy = yaml.safe_load(printed("train", "+experiment=push_easy_pixels", "--cfg", "job"))
     assert (easy["task"]["difficulty"], easy["algo"]["iterations"],
             easy["algo"]["start_policy"]["bc"]["demos"]) == (0.0, 360, 20)
-    assert run("main", "--cfg", "job").stdout == config
-    overridden = yaml.safe_load(run("main", "seed=1", "algo.iterations=50", "--cfg", "job").stdout)
+    assert printed("main", "--cfg", "job") == config
+    overridden = yaml.safe_load(printed("main", "seed=1", "algo.iterations=50", "--cfg", "job"))
     assert (overridden["seed"], overridden["algo"]["iterations"]) == (1, 50)
 
 
@@ -233,29 +257,29 @@ def test_main_table_shows_both_decodings_and_the_gain_over_the_better_start():
     assert "better decoding: not measured" in table
 
 
-def test_evaluate_prints_its_table_and_writes_its_results(tiny_run, tmp_path):
+def test_evaluate_prints_its_table_and_writes_its_results(tiny_run, tmp_path, capsys):
     output = tmp_path / "eval.json"
-    printed = run("evaluate", f"checkpoint={tiny_run}", "episodes=2", "reference=true",
-                  f"output={output}", f"hydra.run.dir={tmp_path / 'eval'}").stdout
+    _, printed, _ = app(capsys, "evaluate", f"checkpoint={tiny_run}", "episodes=2",
+                        "reference=true", f"output={output}", f"hydra.run.dir={tmp_path / 'eval'}")
     assert "start (reference) policy of grpo (greedy) on reach" in printed
     assert "| difficulty | episodes |" in printed and "| 1.00 | 2 |" in printed
     assert json.loads(output.read_text())["episodes"] == 2
     assert (tmp_path / "eval" / ".hydra" / "config.yaml").exists()
 
 
-def test_evaluate_sweeps_with_multirun(tiny_run, tmp_path):
-    printed = run("evaluate", "-m", f"checkpoint={tiny_run}", "episodes=1",
-                  "sampled=false,true", f"hydra.sweep.dir={tmp_path / 'sweep'}").stdout
+def test_evaluate_sweeps_with_multirun(tiny_run, tmp_path, capsys):
+    _, printed, _ = app(capsys, "evaluate", "-m", f"checkpoint={tiny_run}", "episodes=1",
+                        "sampled=false,true", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert "grpo (greedy) on reach" in printed and "grpo (sampled) on reach" in printed
     assert len(list((tmp_path / "sweep").glob("*/.hydra"))) == 2
 
 
-def test_evaluate_takes_task_options_spelt_as_in_train(tiny_run, tmp_path):
+def test_evaluate_takes_task_options_spelt_as_in_train(tiny_run, tmp_path, capsys):
     """``+task.<option>`` over the run's task options changes the episodes played (a shorter
     step limit, an action latency) and is recorded; what the policy sees cannot change."""
     def evaluated(name: str, *overrides: str) -> dict:
         output = tmp_path / f"{name}.json"
-        run("evaluate", f"checkpoint={tiny_run}", "episodes=2", f"output={output}",
+        app(capsys, "evaluate", f"checkpoint={tiny_run}", "episodes=2", f"output={output}",
             f"hydra.run.dir={tmp_path / name}", *overrides)
         return json.loads(output.read_text())
 
@@ -266,27 +290,28 @@ def test_evaluate_takes_task_options_spelt_as_in_train(tiny_run, tmp_path):
     assert short["task_overrides"] == {"max_episode_steps": 3}
     assert late["task_overrides"] == {"imperfections": {"action_latency": 2}}
     assert late["mean_return"] != trained["mean_return"]  # the held actions took another path
-    done = run("evaluate", f"checkpoint={tiny_run}", "episodes=1", "+task.obs_mode=pixels",
-               f"hydra.run.dir={tmp_path / 'pixels'}", check=False)
-    assert done.returncode == 1
-    assert "task.obs_mode='pixels' would change what the policy sees" in done.stderr
+    status, _, err = app(capsys, "evaluate", f"checkpoint={tiny_run}", "episodes=1",
+                         "+task.obs_mode=pixels", f"hydra.run.dir={tmp_path / 'pixels'}",
+                         check=False)
+    assert status == 1
+    assert "task.obs_mode='pixels' would change what the policy sees" in err
 
 
-def test_collect_demos_then_pretrain_bc_on_tiny_settings(tmp_path):
+def test_collect_demos_then_pretrain_bc_on_tiny_settings(tmp_path, capsys):
     from harness.demos import load_demos
 
     demos = tmp_path / "reach.hdf5"
-    printed = run("collect_demos", "task=reach", "task.obs_mode=state", "episodes=2",
-                  "task.max_episode_steps=40", f"out={demos}",
-                  f"hydra.run.dir={tmp_path / 'collect'}").stdout
+    _, printed, _ = app(capsys, "collect_demos", "task=reach", "task.obs_mode=state",
+                        "episodes=2", "task.max_episode_steps=40", f"out={demos}",
+                        f"hydra.run.dir={tmp_path / 'collect'}")
     assert "wrote 2 reach demos" in printed
     recorded = load_demos(demos)
     assert recorded.num_episodes == 2
     assert recorded.env_args["env_kwargs"]["max_episode_steps"] == 40
 
     policy = tmp_path / "bc.pt"
-    printed = run("pretrain_bc", f"demos={demos}", "policy=mlp", "epochs=2", "eval_episodes=1",
-                  f"out={policy}", f"hydra.run.dir={tmp_path / 'bc'}").stdout
+    _, printed, _ = app(capsys, "pretrain_bc", f"demos={demos}", "policy=mlp", "epochs=2",
+                        "eval_episodes=1", f"out={policy}", f"hydra.run.dir={tmp_path / 'bc'}")
     assert "mlp policy" in printed and "held-out success" in printed
     assert policy.stat().st_size > 0
     assert json.loads(policy.with_suffix(".json").read_text())["eval/episodes"] == 1

@@ -268,27 +268,31 @@ def test_lora_run_resumes_with_its_adapters_and_reference(tmp_path, monkeypatch)
         assert not torch.equal(tuned.log_prob(obs, tokens), start.log_prob(obs, tokens))
 
 
-def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch):
+def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch, capsys):
     """``scripts/train.py``: demos -> BC -> 2 GRPO iterations -> final evaluation, then
-    ``scripts/evaluate.py checkpoint=<run dir>`` loads the run."""
+    ``scripts/evaluate.py checkpoint=<run dir>`` loads the run. Both apps' ``main`` run in this
+    process, as the scripts call them (tests/test_cli.py runs the scripts themselves)."""
+    from harness.apps import evaluate, train
+
     monkeypatch.chdir(tmp_path)  # the demo cache lands here
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    run = [sys.executable, str(ROOT / "scripts/train.py"), *PIXELS, "policy.model=tiny:idefics3",
-           # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
-           "task.max_episode_steps=6", "task.difficulty=0.2", "algo.start_policy.bc.demos=2",
-           "algo.start_policy.bc.epochs=2",
-           "algo.num_start_states=2", "algo.group_size=2", "algo.minibatch_size=4",
-           "algo.iterations=2", "eval.every_steps=0", "eval.final_episodes=2",
-           "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
-           "hydra.run.dir=run", "torch_threads=1"]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run(run, check=True, capture_output=True, env=environment)
+    status = train.main([
+        *PIXELS, "policy.model=tiny:idefics3",
+        # difficulty 0.2: targets 8 cm away, which the expert reaches within 6 steps
+        "task.max_episode_steps=6", "task.difficulty=0.2", "algo.start_policy.bc.demos=2",
+        "algo.start_policy.bc.epochs=2",
+        "algo.num_start_states=2", "algo.group_size=2", "algo.minibatch_size=4",
+        "algo.iterations=2", "eval.every_steps=0", "eval.final_episodes=2",
+        "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
+        "hydra.run.dir=run", "torch_threads=1"])
+    assert status == 0, capsys.readouterr().err[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["iterations"] == 2 and "improvement_p_value" in summary
     assert (tmp_path / "run" / "checkpoints" / "best_pretrained" / "hf_vla.json").is_file()
-    evaluated = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/evaluate.py"), "checkpoint=run", "episodes=2"],
-        check=True, capture_output=True, text=True, env=environment)
-    assert "success" in evaluated.stdout
+    capsys.readouterr()
+    status = evaluate.main(["checkpoint=run", "episodes=2"])
+    printed, errors = capsys.readouterr()
+    assert status == 0, errors[-3000:]
+    assert "success" in printed
     loaded = load_pretrained(tmp_path / "run" / "checkpoints" / "best_pretrained")
     assert loaded.config.num_bins == 256

@@ -3,8 +3,10 @@ default), the submitit rehearsal of a SLURM sweep and a local Ray gives the same
 the same numbers, and the report reads each; a re-launched sweep (``resume=true``) leaves a
 finished job untouched and completes the others; a launcher that cannot run the sweep stops it
 with the setting to change before anything is written. Each sweep runs ``scripts/train.py`` in a
-subprocess, as a user would. The SLURM checks run against stand-in ``sbatch`` and ``sinfo``
-scripts on a ``PATH`` of their own, so they need no SLURM (and ignore one that is installed)."""
+subprocess, as a user would; the report reads each in this process (``scripts/report.py`` itself
+is run in tests/test_cli.py and tests/test_report.py). The SLURM checks run against stand-in
+``sbatch`` and ``sinfo`` scripts on a ``PATH`` of their own, so they need no SLURM (and ignore
+one that is installed)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness import trainers
+from harness.apps import report as report_app
 from harness.config import compose
 from harness.launchers import LauncherError, check_slurm
 from harness.report import scan_runs
@@ -78,29 +81,30 @@ def check_no_ray_left(done: Sweep) -> None:
 
 
 def check_reported(sweep_dir: Path) -> None:
-    """Two jobs, each with its summary.json, and scripts/report.py reads both, skipping none."""
+    """Two jobs, each with its summary.json, and the report app (``scripts/report.py``'s
+    ``main``, in this process) reads both, skipping none."""
     assert len(job_folders(sweep_dir)) == 2
     runs, skipped = scan_runs(sweep_dir)
     assert len(runs) == 2 and not skipped, skipped
-    report = subprocess.run([sys.executable, "scripts/report.py", str(sweep_dir), "--reps", "100"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0, report.stderr[-3000:]
+    assert report_app.main([str(sweep_dir), "--reps", "100"]) == 0
     text = (sweep_dir / "report.md").read_text()
     assert "2 runs of task reach" in text and "Skipped folders" not in text
 
 
 @pytest.fixture(scope="module")
-def joblib_sweep(tmp_path_factory) -> Path:
-    """The tiny sweep through the default launcher (joblib)."""
-    sweep_dir = tmp_path_factory.mktemp("joblib") / "sweep"
-    sweep(sweep_dir, "hydra.launcher.n_jobs=2")
-    return sweep_dir
+def joblib_sweep(built_once) -> Path:
+    """The tiny sweep through the default launcher (joblib), run once for both xdist workers:
+    the Ray launcher's test (in the Ray group) compares against it too. Read-only: a test that
+    changes it works on a copy."""
+    return built_once("joblib_sweep", lambda folder: sweep(folder / "sweep",
+                                                           "hydra.launcher.n_jobs=2")) / "sweep"
 
 
-def test_joblib_is_the_default_and_the_sweep_is_reported(joblib_sweep):
+def test_joblib_is_the_default_and_the_sweep_is_reported(joblib_sweep, tmp_path):
     hydra = (joblib_sweep / "multirun.yaml").read_text()
     assert "JoblibLauncher" in hydra
-    check_reported(joblib_sweep)
+    shutil.copytree(joblib_sweep, tmp_path / "sweep")  # the report writes into the sweep
+    check_reported(tmp_path / "sweep")
 
 
 def test_joblib_jobs_can_spawn_rollout_workers(tmp_path):

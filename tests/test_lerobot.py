@@ -370,15 +370,18 @@ def export_command(demos: Path, out: Path, *extra: str) -> list[str]:
             str(out.parent / "hydra"), *extra]
 
 
-def test_cli_exports_and_names_a_bad_format(pixel_demos, tmp_path):
-    done = subprocess.run(export_command(pixel_demos, tmp_path / "ds"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "wrote 3 episodes" in done.stdout and read_info(tmp_path / "ds")["total_frames"] > 0
-    bad = subprocess.run(export_command(pixel_demos, tmp_path / "other", "format=rlds"),
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1
-    assert "format='rlds' is unknown; choose one of ('lerobot',)" in bad.stderr
+def test_cli_exports_and_names_a_bad_format(pixel_demos, tmp_path, capsys):
+    """The export app (``scripts/export_dataset.py``'s ``main``, in this process; the kill test
+    below runs the script itself)."""
+    from harness.apps import export_dataset
+
+    args = export_command(pixel_demos, tmp_path / "ds")[2:]  # without python and the script
+    assert export_dataset.main(args) == 0, capsys.readouterr().err
+    assert "wrote 3 episodes" in capsys.readouterr().out
+    assert read_info(tmp_path / "ds")["total_frames"] > 0
+    args = export_command(pixel_demos, tmp_path / "other", "format=rlds")[2:]
+    assert export_dataset.main(args) == 1
+    assert "format='rlds' is unknown; choose one of ('lerobot',)" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,6 @@ from harness.outcomes import (
 from harness.runs import CheckpointError
 
 failure_modes = importlib.import_module("studies.failure_modes")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("case", "expected"), [
@@ -133,14 +130,16 @@ def test_a_task_without_objects_misses_or_nearly_does():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
+    """A tiny group-trainer run on push, by the training app (``scripts/train.py``'s ``main``)
+    in this process."""
+    from harness.apps import train
+
     run_dir = tmp_path_factory.mktemp("outcomes") / "run"
-    done = subprocess.run(
-        [sys.executable, "scripts/train.py", "task=push", "task.difficulty=0.2", "algo=grpo",
-         "policy=mlp", "algo.iterations=1", "algo.group_size=2", "algo.num_start_states=2",
-         "algo.minibatch_size=4", "task.max_episode_steps=10", "eval.final_episodes=4",
-         "eval.every_steps=0", "logger=none", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert train.main(
+        ["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp", "algo.iterations=1",
+         "algo.group_size=2", "algo.num_start_states=2", "algo.minibatch_size=4",
+         "task.max_episode_steps=10", "eval.final_episodes=4", "eval.every_steps=0",
+         "logger=none", f"hydra.run.dir={run_dir}"]) == 0
     return run_dir
 
 

@@ -250,3 +250,17 @@ def test_critic_warmup_moves_the_value_network_alone(tmp_path, data_dir):
     assert warm["train/kl_to_reference"] == [0.0, 0.0]
     assert cold["train/kl_to_reference"][1] > 0.0
     assert all(v > 0 for v in warm["train/value_loss"])
+
+
+@pytest.mark.parametrize("changed", [("policy/head=gaussian", "algo.exploration.fixed=3.0"),
+                                     ("algo.temperature=0.05",)])
+def test_the_starts_sampled_baseline_is_the_clones_own_distribution(tmp_path, data_dir, changed):
+    """Bounding the noise or sampling rollouts colder changes how the policy samples (its final
+    sampled figure), not the start's sampled figures the gains are measured against."""
+    head = [o for o in changed if o.startswith("policy/")]
+    common = (*head, "algo=grpo", "algo.iterations=1", "eval.final_episodes=20")
+    plain, _ = _run(tmp_path, "plain", *common)
+    bounded, _ = _run(tmp_path, "bounded", *common, *changed)
+    assert bounded["start_sampled_success_rate"] == plain["start_sampled_success_rate"]
+    assert bounded["start_success_rate"] == plain["start_success_rate"]
+    assert bounded["sampled_success_rate"] != plain["sampled_success_rate"]

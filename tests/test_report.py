@@ -7,7 +7,6 @@ import csv
 import importlib.util
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -383,16 +382,20 @@ def test_before_after_section_shows_hand_computed_numbers(tmp_path):
     assert (root / "plots" / "before_after.png").stat().st_size > 10_000
 
 
-def test_report_of_a_real_two_job_multirun(tmp_path):
+def test_report_of_a_real_two_job_multirun(tmp_path, capsys):
+    """A real ``scripts/train.py -m`` sweep: the training app's ``main`` in this process, its
+    two jobs played one after the other by Hydra's basic launcher (the folders are those of
+    every launcher; tests/test_launchers.py runs the launchers themselves)."""
+    from harness.apps import train
+
     sweep = tmp_path / "sweep"
-    subprocess.run(
-        [sys.executable, "scripts/train.py", "-m", "task=reach", "task.obs_mode=state",
-         "policy=mlp", "algo=grpo", "algo.iterations=2", "algo.group_size=4",
-         "algo.num_start_states=2", "eval.final_episodes=3", "eval.every_steps=0",
-         "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
-         "curriculum=fixed,success_band", f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, check=True, timeout=120, capture_output=True,
-    )
+    status = train.main(
+        ["-m", "task=reach", "task.obs_mode=state", "policy=mlp", "algo=grpo",
+         "algo.iterations=2", "algo.group_size=4", "algo.num_start_states=2",
+         "eval.final_episodes=3", "eval.every_steps=0", "logger.videos=false",
+         "logger.tensorboard=false", "logger.progress_bar=false",
+         "curriculum=fixed,success_band", "hydra/launcher=basic", f"hydra.sweep.dir={sweep}"])
+    assert status == 0, capsys.readouterr().err[-3000:]
     runs = load_runs(sweep)
     assert [r.arm for r in runs] == ["curriculum=fixed", "curriculum=success_band"]
     text = build_report(sweep, reps=REPS).read_text()

@@ -92,10 +92,10 @@ def test_a_run_stopped_between_its_validation_and_final_rows_resumes_to_the_same
     run_dir = tmp_path / "run"
     real = GroupRun._test_both
 
-    def stop_at_the_final_rows(self, prefix, videos=0, sampled_by=None):
+    def stop_at_the_final_rows(self, prefix, videos=0, start=False):
         if prefix == "final":
             raise KeyboardInterrupt("stopped after the last validation rows")
-        return real(self, prefix, videos, sampled_by)
+        return real(self, prefix, videos, start)
 
     with monkeypatch.context() as patch:
         patch.setattr(GroupRun, "_test_both", stop_at_the_final_rows)

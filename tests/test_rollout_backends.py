@@ -4,6 +4,8 @@ the iteration completes; bad Ray settings, a cluster that cannot be joined inclu
 refused before the run directory exists.
 
 Real group-trainer runs on reach (state, a tiny MLP), real worker processes, a real local Ray.
+The tests that use Ray are marked ``ray`` (one xdist worker runs those, tests/conftest.py); the
+process tests balance across both workers.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def test_batched_rollouts_give_the_same_run_as_policy_copies(tmp_path, reference
         reference
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("mode", [pytest.param("per_worker", marks=pytest.mark.slow), "batched"])
 def test_ray_actors_give_the_same_run_as_processes(tmp_path, reference, mode):
     ray = pytest.importorskip("ray")
@@ -117,8 +120,10 @@ def _kill_soon(pool, timer: float = 0.3) -> threading.Timer:
 
 
 @pytest.mark.parametrize(("mode", "backend"), [  # each backend and each mode once by default
-    pytest.param("per_worker", "processes", marks=pytest.mark.slow), ("per_worker", "ray"),
-    ("batched", "processes"), pytest.param("batched", "ray", marks=pytest.mark.slow),
+    pytest.param("per_worker", "processes", marks=pytest.mark.slow),
+    pytest.param("per_worker", "ray", marks=pytest.mark.ray),
+    ("batched", "processes"),
+    pytest.param("batched", "ray", marks=[pytest.mark.slow, pytest.mark.ray]),
 ])
 def test_a_worker_killed_mid_call_is_replaced_and_its_attempts_played_again(backend, mode):
     policy, jobs, spec = _jobs()
@@ -182,6 +187,7 @@ def test_weights_travel_only_when_they_changed():
 
 
 # -------------------------------------------------------------------------- bad input
+@pytest.mark.ray
 def test_an_unreachable_ray_address_is_refused_before_the_run_directory(tmp_path):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -193,6 +199,7 @@ def test_an_unreachable_ray_address_is_refused_before_the_run_directory(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.ray
 def test_a_ray_address_that_answers_but_cannot_be_joined_is_refused_before_the_run_directory(
         tmp_path, monkeypatch):
     """A port that answers but holds no cluster that takes this driver (one with token
@@ -214,6 +221,7 @@ def test_a_ray_address_that_answers_but_cannot_be_joined_is_refused_before_the_r
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.ray
 def test_a_joined_cluster_too_small_for_the_workers_is_refused_before_the_run_directory(
         tmp_path, monkeypatch):
     """Joined in the pre-flight checks, a cluster whose CPUs cannot hold ``algo.workers`` actors
@@ -235,6 +243,7 @@ def test_a_joined_cluster_too_small_for_the_workers_is_refused_before_the_run_di
     assert left == [True]
 
 
+@pytest.mark.ray
 def test_a_resource_request_no_node_can_hold_is_refused():
     pytest.importorskip("ray")
     _, _, spec = _jobs()

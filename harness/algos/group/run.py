@@ -248,10 +248,10 @@ class GroupRun:
 
     # ------------------------------------------------------------------------- evaluation
     def _play(self, which: Policy, seed: int, episodes: int, sampled: bool = False,
-              videos: int = 0) -> EvaluationResult:
+              videos: int = 0, temperature: float | None = None) -> EvaluationResult:
         """Evaluate ``which`` on ``episodes`` seeds from ``seed``: greedy through the rollout
-        pool, sampled (seeded by ``seed``, the training RNG untouched) or filmed in this
-        process, one episode after the other."""
+        pool, sampled (seeded by ``seed``, the training RNG untouched; at ``temperature``, else
+        ``algo.temperature``) or filmed in this process, one episode after the other."""
         cfg = self.cfg
         which.eval()
         if not sampled and not videos:
@@ -263,17 +263,19 @@ class GroupRun:
                                **self.task_options)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                result = evaluate(checkpoints.policy_fn(which, sampled, cfg.algo.temperature),
+                temperature = cfg.algo.temperature if temperature is None else temperature
+                result = evaluate(checkpoints.policy_fn(which, sampled, temperature),
                                   make_env, episodes, self.eval_difficulties, seed, videos,
                                   cfg.eval.max_episode_steps)
         which.train()
         return result
 
     def evaluate(self, split: str, sampled: bool = False, videos: int = 0,
-                 which: Policy | None = None) -> EvaluationResult:
-        """The current policy (or ``which``) on the ``validation`` seeds (``eval.episodes`` of
-        them, which choose ``best``) or the ``test`` seeds (``eval.final_episodes``, the
-        reported figure), greedy or ``sampled``.
+                 start: bool = False) -> EvaluationResult:
+        """The current policy on the ``validation`` seeds (``eval.episodes`` of them, which
+        choose ``best``) or the ``test`` seeds (``eval.final_episodes``, the reported figure),
+        greedy or ``sampled``. With ``start``, sampled is the start as it was cloned: its own
+        noise (before ``algo.exploration``) at temperature 1, the clone's own distribution.
 
         Raises:
             ValueError: An unknown split.
@@ -283,15 +285,17 @@ class GroupRun:
         ev = self.cfg.eval
         seed, episodes = ((ev.validation_seed, ev.episodes) if split == "validation"
                           else (ev.seed, ev.final_episodes))
-        return self._play(self.policy if which is None else which, seed, episodes, sampled,
-                          videos)
+        if start and sampled:
+            clone = self.clone if self.clone is not None else self.policy
+            return self._play(clone, seed, episodes, True, videos, 1.0)
+        return self._play(self.policy, seed, episodes, sampled, videos)
 
     def _test_both(self, prefix: str, videos: int = 0,
-                   sampled_by: Policy | None = None) -> tuple[EvaluationResult, ...]:
-        """Greedy and sampled (by ``sampled_by``, else the policy) on the test seeds, logged as
+                   start: bool = False) -> tuple[EvaluationResult, ...]:
+        """Greedy and sampled (the start's own, with ``start``) on the test seeds, logged as
         ``prefix`` and ``prefix_sampled``."""
         greedy = self.evaluate("test", videos=videos)
-        sampled = self.evaluate("test", sampled=True, which=sampled_by)
+        sampled = self.evaluate("test", sampled=True, start=start)
         self.run.log({**greedy.metrics(prefix), **sampled.metrics(f"{prefix}_sampled")},
                      self.env_steps)
         return greedy, sampled
@@ -347,11 +351,11 @@ class GroupRun:
         validation seeds, which choose its better decoding, and on the test seeds of the final
         evaluation: what RL adds is measured against these, episode by episode."""
         validation = self.evaluate("validation")
-        validation_sampled = self.evaluate("validation", sampled=True, which=self.clone)
+        validation_sampled = self.evaluate("validation", sampled=True, start=True)
         self.run.log({**validation.metrics("start_validation"),
                       **validation_sampled.metrics("start_validation_sampled")}, 0)
         self.baseline.choose_decoding(validation, validation_sampled)
-        before, before_sampled = self._test_both("start", sampled_by=self.clone)
+        before, before_sampled = self._test_both("start", start=True)
         self.baseline.keep_test(before, before_sampled)
         self.clone = None  # measured: the bounded policy is the one that trains
         self.start.update({"start_success_rate": before.success_rate,
