@@ -207,6 +207,27 @@ class RatioConfig:
 
 
 @dataclass
+class ResidualOptions:
+    """``algo.residual``: fine-tune a small residual head on the frozen start instead of the
+    start itself (:mod:`harness.policies.residual`; ResiP, Policy Decorator).
+
+    Attributes:
+        scale: The residual's largest size in action units (``a = clip(a_start + scale *
+            tanh(u), -1, 1)``); 0 fine-tunes the start itself.
+        log_std_init: The residual Gaussian's initial ``log std`` (its mean starts at 0).
+    """
+
+    scale: float = 0.0
+    log_std_init: float = -1.0
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.scale, (int, float)) and 0 <= self.scale <= 2,
+              f"algo.residual.scale={self.scale!r}; must be in [0, 2] (0: no residual)")
+        check(isinstance(self.log_std_init, (int, float)) and -5 <= self.log_std_init <= 1,
+              f"algo.residual.log_std_init={self.log_std_init!r}; must be in [-5, 1]")
+
+
+@dataclass
 class ExplorationConfig:
     """``algo.exploration``: the noise scale of a gaussian (std) or flow (sigma) head during
     fine-tuning, set on the start policy before the first rollout (its start evaluation, the
@@ -292,6 +313,8 @@ class GroupAlgoConfig(AlgoConfig):
             (:class:`RatioConfig`; ``native`` is each head's own unit).
         exploration: Bounds of a gaussian or flow head's noise during fine-tuning
             (:class:`ExplorationConfig`; off by default).
+        residual: Fine-tune a residual head on the frozen start instead
+            (:class:`ResidualOptions`; off at ``scale`` 0).
         target_kl: Stop an iteration's epochs once the mean k3 estimate of ``KL(old || new)``
             per unit passes this (ReinFlow's 0.01); ``null``: never.
         bc_coef: Weight of a behaviour-cloning loss on the start's demos added to every
@@ -327,6 +350,7 @@ class GroupAlgoConfig(AlgoConfig):
     normalize_advantages: bool = True
     ratio: RatioConfig = field(default_factory=RatioConfig)
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    residual: ResidualOptions = field(default_factory=ResidualOptions)
     target_kl: float | None = None
     bc_coef: float = 0.0
     bc_batch: int = 64

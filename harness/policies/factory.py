@@ -26,7 +26,7 @@ def build_policy(config, obs_shapes: ObsShapes):
         ValueError: The observations lack the key the kind reads, or a shape is malformed.
     """
     build = build_function(config.name)
-    check_obs_shapes(config.name, type(config).reads, obs_shapes)
+    check_obs_shapes(config.name, config.reads, obs_shapes)
     return build(config, obs_shapes)
 
 

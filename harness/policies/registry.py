@@ -29,6 +29,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "harness.policies.tiny_vla",
     "harness.policies.hf_vla",
     "harness.policies.smolvla",
+    "harness.policies.residual",
 )
 
 

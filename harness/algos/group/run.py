@@ -62,6 +62,7 @@ from harness.demos import load_demo_snapshots
 from harness.evaluation import EvaluationResult, evaluate
 from harness.policies import Policy, resolve_device
 from harness.policies.heads import noise_bounded
+from harness.policies.residual.model import residual_of
 from harness.policies.saving import policy_record
 from harness.runs import Run
 from harness.start_policy import StartPolicy, prepare_torch
@@ -117,9 +118,8 @@ class GroupRun:
         else:
             self.policy = start.policy
             self.start = {**start.metrics, "start_policy": start.file}
-        self.clone = None  # the start before algo.exploration bounds its noise
-        if start is not None and algo.exploration.active:
-            self.clone = self._bound_exploration()
+        # The start as cloned, when algo.residual or algo.exploration changes what trains.
+        self.clone = None if start is None else self._prepare_start()
         self.trainer = GroupTrainer(cfg, self.policy, self.device)
         self.trainer.set_episode_limit(self.probe.max_episode_steps)
         if algo.bc_coef > 0:
@@ -152,16 +152,31 @@ class GroupRun:
         ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
         cfg.policy.check_device(resolve_device(cfg.device))
         head = cfg.policy.head_name
+        if cfg.algo.residual.scale > 0 and head is None:
+            raise ValueError(f"algo.residual puts a residual head on an mlp or tiny_vla start; "
+                             f"policy={cfg.policy.name} has no head of the harness's own")
+        head = "gaussian" if cfg.algo.residual.scale > 0 else head  # the head that trains
         if cfg.algo.exploration.active and (head is None or not noise_bounded(head)):
             raise ValueError(f"algo.exploration bounds the noise scale of a gaussian or flow "
                              f"head; policy={cfg.policy.name} with head {head!r} has none "
                              "that it can bound (a tokens head explores by algo.temperature)")
 
-    def _bound_exploration(self) -> Policy:
-        """Bound (or fix) the start's noise scale as ``algo.exploration`` says; the start as it
-        was (whose own sampled decoding the start evaluation measures) is returned."""
-        bounds = self.cfg.algo.exploration
-        clone = copy.deepcopy(self.policy)
+    def _prepare_start(self) -> Policy | None:
+        """Put a residual head on the frozen start (``algo.residual``), then bound (or fix)
+        the trained head's noise scale (``algo.exploration``); the start as it was, whose own
+        sampled decoding the start evaluation measures, is returned (``None``: unchanged)."""
+        algo, clone = self.cfg.algo, None
+        if algo.residual.scale > 0:
+            clone = self.policy
+            self.policy = residual_of(self.policy, algo.residual.scale,
+                                      {"name": "gaussian",
+                                       "log_std_init": algo.residual.log_std_init})
+            log.info("algo.residual: a residual head of scale %g on the frozen start",
+                     algo.residual.scale)
+        if not algo.exploration.active:
+            return clone
+        bounds = algo.exploration
+        clone = copy.deepcopy(self.policy) if clone is None else clone
         before = self.policy.exploration()
         self.policy.bound_exploration(bounds.low, bounds.high, bounds.fixed)
         after = self.policy.exploration()
