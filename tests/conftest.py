@@ -1,12 +1,17 @@
-"""Shared test settings: one torch thread, headless rendering chosen by ``tasks``, the groups
-by which ``make test`` spreads the suite over two processes (pytest-xdist, ``--dist loadgroup``),
-and ``built_once`` for an artefact that both processes read.
+"""Shared test settings: one torch thread, idle OpenMP threads that sleep, headless rendering
+chosen by ``tasks``, the groups by which ``make test`` spreads the suite over two processes
+(pytest-xdist, ``--dist loadgroup``), and ``built_once`` for an artefact that both processes read.
 """
 
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+# Inherited by every process a test starts: an OpenMP thread waiting for work sleeps instead of
+# spinning. A run with torch_threads=2 beside the other test process otherwise burnt three times
+# the CPU it needs (both cores, taken from the other process). Results do not change.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch

@@ -240,7 +240,9 @@ def test_collect_demos_script_records_expert_labels_and_refuses_a_bad_one(tmp_pa
     from harness.apps import collect_demos as app
 
     common = ["task=reach", "task.obs_mode=state", "episodes=1", "noise=0.3",
-              f"hydra.run.dir={tmp_path / 'hydra'}"]
+              f"hydra.run.dir={tmp_path / 'hydra'}",
+              # Hydra's logging set-up would close pytest's handlers (and its captured output)
+              "hydra/job_logging=none", "hydra/hydra_logging=none"]
     out = tmp_path / "reach.hdf5"
     assert app.main([*common, "label=expert", f"out={out}"]) == 0, capsys.readouterr().err
     with h5py.File(out, "r") as f:

@@ -31,6 +31,9 @@ HYDRA_APPS = [name for name in SCRIPTS if (ROOT / "harness/apps" / f"{name}.py")
 KEYED_APPS = ("evaluate", "collect_demos", "pretrain_bc", "export_policy",  # help lists each
               "deploy_policy")                                          # key by hand
 TRAIN_GROUPS = ("task", "algo", "policy", "curriculum", "detector", "logger", "experiment")
+# An app run in this process leaves logging alone: Hydra's logging set-up closes every handler,
+# pytest's and those that libraries bound to pytest's captured output among them.
+HYDRA_QUIET = ("hydra/job_logging=none", "hydra/hydra_logging=none")
 TINY_TRAIN = ("task=reach", "algo=grpo", "policy=mlp", "algo.iterations=1", "algo.group_size=2",
               "algo.num_start_states=2", "algo.minibatch_size=4", "task.max_episode_steps=10",
               "eval.final_episodes=2", "eval.every_steps=0", "logger=none")
@@ -55,10 +58,14 @@ def run(script: str, *args: str, check: bool = True,
 
 
 def app(capsys, script: str, *args: str, check: bool = True) -> tuple[int, str, str]:
-    """``scripts/<script>.py args...`` as the app's ``main`` in this process: its exit status,
-    stdout and stderr (what the test printed before is dropped)."""
+    """``scripts/<script>.py args...`` as the app's ``main`` in this process, with
+    ``HYDRA_QUIET`` among the overrides (Hydra takes them as one run of arguments): its exit
+    status, stdout and stderr (what was printed before is dropped)."""
+    first = next((i for i, arg in enumerate(args) if "=" in arg and not arg.startswith("-")),
+                 len(args))
     capsys.readouterr()
-    status = importlib.import_module(f"harness.apps.{script}").main(list(args))
+    status = importlib.import_module(f"harness.apps.{script}").main(
+        [*args[:first], *HYDRA_QUIET, *args[first:]])
     out, err = capsys.readouterr()
     if check:
         assert status == 0, err[-3000:]
@@ -113,7 +120,7 @@ def tiny_run(tmp_path_factory) -> Path:
     from harness.apps import train
 
     sweep = tmp_path_factory.mktemp("cli") / "sweep"
-    assert train.main(["-m", *TINY_TRAIN, "hydra/launcher=basic",
+    assert train.main(["-m", *TINY_TRAIN, "hydra/launcher=basic", *HYDRA_QUIET,
                        f"hydra.sweep.dir={sweep}"]) == 0
     (run_dir,) = sweep.glob("0_*")
     assert "=" in run_dir.name and "," in run_dir.name

@@ -274,6 +274,8 @@ def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch, capsys):
     process, as the scripts call them (tests/test_cli.py runs the scripts themselves)."""
     from harness.apps import evaluate, train
 
+    # Hydra's logging set-up would close pytest's handlers (and its captured output).
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
     monkeypatch.chdir(tmp_path)  # the demo cache lands here
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
     status = train.main([
@@ -284,13 +286,13 @@ def test_tiny_pipeline_demos_bc_grpo_evaluation(tmp_path, monkeypatch, capsys):
         "algo.num_start_states=2", "algo.group_size=2", "algo.minibatch_size=4",
         "algo.iterations=2", "eval.every_steps=0", "eval.final_episodes=2",
         "logger.videos=false", "logger.tensorboard=false", "logger.progress_bar=false",
-        "hydra.run.dir=run", "torch_threads=1"])
+        "hydra.run.dir=run", "torch_threads=1", *quiet])
     assert status == 0, capsys.readouterr().err[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["iterations"] == 2 and "improvement_p_value" in summary
     assert (tmp_path / "run" / "checkpoints" / "best_pretrained" / "hf_vla.json").is_file()
     capsys.readouterr()
-    status = evaluate.main(["checkpoint=run", "episodes=2"])
+    status = evaluate.main(["checkpoint=run", "episodes=2", *quiet])
     printed, errors = capsys.readouterr()
     assert status == 0, errors[-3000:]
     assert "success" in printed

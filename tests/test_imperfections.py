@@ -387,8 +387,9 @@ def test_reset_noise_never_makes_objects_interpenetrate():
 
 
 def test_reset_noise_reaches_every_attempt_of_a_group_run_and_is_reproducible(tmp_path):
-    overrides = ["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp",
-                 "algo.iterations=1", "algo.num_start_states=2", "algo.group_size=3",
+    # 30 steps an attempt (push's own limit is longer): the noise acts at each reset
+    overrides = ["task=push", "task.difficulty=0.2", "task.max_episode_steps=30", "algo=grpo",
+                 "policy=mlp", "algo.iterations=1", "algo.num_start_states=2", "algo.group_size=3",
                  "algo.minibatch_size=6", "algo.reset_noise.position_mm=5",
                  "+task.imperfections.action_noise=0.05", "logger=none",
                  "eval.every_steps=0", "eval.final_episodes=2", "seed=1"]

@@ -4,9 +4,10 @@ the same numbers, and the report reads each; a re-launched sweep (``resume=true`
 finished job untouched and completes the others; a launcher that cannot run the sweep stops it
 with the setting to change before anything is written. Each sweep runs ``scripts/train.py`` in a
 subprocess, as a user would; the report reads each in this process (``scripts/report.py`` itself
-is run in tests/test_cli.py and tests/test_report.py). The SLURM checks run against stand-in
-``sbatch`` and ``sinfo`` scripts on a ``PATH`` of their own, so they need no SLURM (and ignore
-one that is installed)."""
+is run in tests/test_cli.py and tests/test_report.py), and a sweep that SLURM's checks refuse
+before any job starts runs the app's ``main`` in this process too. The SLURM checks run against
+stand-in ``sbatch`` and ``sinfo`` scripts on a ``PATH`` of their own, so they need no SLURM (and
+ignore one that is installed)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import pytest
 
 from harness import trainers
 from harness.apps import report as report_app
+from harness.apps import train as train_app
 from harness.config import compose
 from harness.launchers import LauncherError, check_slurm
 from harness.report import scan_runs
@@ -48,20 +50,28 @@ class Sweep:
     stderr: str
 
 
-def sweep(sweep_dir: Path | str, *overrides: str, check: bool = True,
-          path: str | None = None) -> Sweep:
-    """``python scripts/train.py -m <the tiny sweep> overrides... hydra.sweep.dir=sweep_dir``,
-    with ``PATH=path`` where given."""
-    env = None if path is None else {**os.environ, "PATH": path}
+def sweep(sweep_dir: Path | str, *overrides: str, check: bool = True) -> Sweep:
+    """``python scripts/train.py -m <the tiny sweep> overrides... hydra.sweep.dir=sweep_dir``."""
     process = subprocess.Popen(
         [sys.executable, "scripts/train.py", "-m", *SWEEP, *overrides,
          f"hydra.sweep.dir={sweep_dir}"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     _, stderr = process.communicate(timeout=300)
     if check:
         assert process.returncode == 0, stderr[-3000:]
     return Sweep(process.pid, process.returncode, stderr)
+
+
+def refused_in_process(capsys, sweep_dir: Path, *overrides: str) -> tuple[int, str]:
+    """The exit status and stderr of the tiny sweep run by the training app's ``main`` in this
+    process (``scripts/train.py`` calls the same function): for sweeps that a launcher refuses
+    before any job starts, where a process of their own only added its start. Hydra leaves
+    logging alone (its set-up would close pytest's handlers and captured output)."""
+    capsys.readouterr()
+    status = train_app.main(["-m", *SWEEP, *overrides, f"hydra.sweep.dir={sweep_dir}",
+                             "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    return status, capsys.readouterr().err
 
 
 def check_no_ray_left(done: Sweep) -> None:
@@ -207,12 +217,12 @@ def fake_slurm(folder: Path, sinfo: str | None = f"printf '{SINFO}'") -> str:
     return os.pathsep.join([str(folder), str(Path(sys.executable).parent)])
 
 
-def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path):
-    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", check=False,
-                 path=str(Path(sys.executable).parent))
-    assert done.returncode == 1
-    assert "sbatch, which is not on this machine's PATH" in done.stderr
-    assert "hydra/launcher=slurm_rehearsal" in done.stderr
+def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    status, stderr = refused_in_process(capsys, tmp_path / "sweep", "hydra/launcher=slurm")
+    assert status == 1
+    assert "sbatch, which is not on this machine's PATH" in stderr
+    assert "hydra/launcher=slurm_rehearsal" in stderr
     assert not (tmp_path / "sweep").exists()
 
 
@@ -223,11 +233,13 @@ def test_slurm_without_sbatch_stops_before_anything_is_written(tmp_path):
      "on each of 1 node(s), which no partition it may run in can hold (partition 'cpu': 2 "
      "node(s), the largest with 4 CPUs)"),
 ], ids=["unknown partition", "too many CPUs"])
-def test_slurm_refuses_what_sbatch_would_refuse_or_leave_pending(tmp_path, setting, message):
-    done = sweep(tmp_path / "sweep", "hydra/launcher=slurm", setting, check=False,
-                 path=fake_slurm(tmp_path / "bin"))
-    assert done.returncode == 1
-    assert message in done.stderr, done.stderr[-2000:]
+def test_slurm_refuses_what_sbatch_would_refuse_or_leave_pending(tmp_path, monkeypatch, capsys,
+                                                                 setting, message):
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path / "bin"))
+    status, stderr = refused_in_process(capsys, tmp_path / "sweep", "hydra/launcher=slurm",
+                                        setting)
+    assert status == 1
+    assert message in stderr, stderr[-2000:]
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "bin" / "sbatch_called").exists()
 
 

@@ -139,7 +139,9 @@ def tiny_run(tmp_path_factory) -> Path:
         ["task=push", "task.difficulty=0.2", "algo=grpo", "policy=mlp", "algo.iterations=1",
          "algo.group_size=2", "algo.num_start_states=2", "algo.minibatch_size=4",
          "task.max_episode_steps=10", "eval.final_episodes=4", "eval.every_steps=0",
-         "logger=none", f"hydra.run.dir={run_dir}"]) == 0
+         "logger=none", f"hydra.run.dir={run_dir}",
+         # Hydra's logging set-up would close pytest's handlers (and its captured output)
+         "hydra/job_logging=none", "hydra/hydra_logging=none"]) == 0
     return run_dir
 
 

@@ -98,14 +98,18 @@ def check_metrics_whole(path: Path) -> None:
 
 
 def check_training_after_kill(run_dir: Path, overrides: list[str], target: dict[str, str]) -> None:
-    """Resume (or start again when no checkpoint was written yet) and check every file."""
+    """Resume (or start again when no checkpoint was written yet) and check every file. The
+    resume is the training app's ``main`` in this process (``scripts/train.py`` runs the same
+    function; only the killed job needs a process of its own)."""
+    from harness.apps import train
+
     latest = run_dir / "checkpoints" / "latest.json"
     if latest.exists():
         resolve_checkpoint(latest)  # whole, or finished by the reader: never corrupt
     budget = [f"{key}={value}" for key, value in target.items()]
     # no checkpoint yet: the killed start's files are moved aside (overwrite=true), not lost
-    run(["scripts/train.py", *overrides, *QUIET, *budget, f"hydra.run.dir={run_dir}",
-         f"resume={str(latest.exists()).lower()}", "overwrite=true"])
+    assert train.main([*overrides, *QUIET, *budget, f"hydra.run.dir={run_dir}",
+                       f"resume={str(latest.exists()).lower()}", "overwrite=true"]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= int(target.get("total_timesteps", 0))
     resolve_checkpoint(run_dir / "checkpoints" / "latest.json")

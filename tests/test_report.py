@@ -394,7 +394,9 @@ def test_report_of_a_real_two_job_multirun(tmp_path, capsys):
          "algo.iterations=2", "algo.group_size=4", "algo.num_start_states=2",
          "eval.final_episodes=3", "eval.every_steps=0", "logger.videos=false",
          "logger.tensorboard=false", "logger.progress_bar=false",
-         "curriculum=fixed,success_band", "hydra/launcher=basic", f"hydra.sweep.dir={sweep}"])
+         "curriculum=fixed,success_band", "hydra/launcher=basic", f"hydra.sweep.dir={sweep}",
+         # Hydra's logging set-up would close pytest's handlers (and its captured output)
+         "hydra/job_logging=none", "hydra/hydra_logging=none"])
     assert status == 0, capsys.readouterr().err[-3000:]
     runs = load_runs(sweep)
     assert [r.arm for r in runs] == ["curriculum=fixed", "curriculum=success_band"]
