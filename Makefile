@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The suite runs in two processes (pytest-xdist), each test file whole on one of them, and
-# ends by naming its slowest tests (the default suite must stay under 15 minutes on 2 cores).
+# ends by naming its 25 slowest tests (the default suite must stay under 6 minutes on 2 cores).
 TEST_WORKERS ?= 2
 
 # The multi-seed headline: the main job on five seeds, one after the other (each uses both

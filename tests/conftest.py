@@ -5,6 +5,7 @@ chosen by ``tasks``, the groups by which ``make test`` spreads the suite over tw
 
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,9 +28,14 @@ torch.set_num_threads(1)
 # tests of their files balance across the workers as every file does.
 
 
+def uses_local_ray(item: pytest.Item | None) -> bool:
+    return "local_ray" in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each file on one worker (its module fixtures are built once), Ray tests together.
+    """Keep each file on one worker (its module fixtures are built once), Ray tests together,
+    and the tests that share ``local_ray`` one after the other, last.
 
     With ``--dist loadgroup`` a worker's test ids end in ``@<group>``, and the controller hands
     out whole groups. pytest-xdist writes that suffix to ``item._nodeid``, which pytest >= 9.2 no
@@ -37,9 +43,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     else every test was a group of its own: files split across both workers, their module
     fixtures built twice, and Ray tests running side by side. This hook runs last, after
     xdist's and after ``-m`` has deselected what it deselects."""
+    items.sort(key=uses_local_ray)  # a stable sort: the other tests keep their order
     loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist's workers
     for item in items:
-        group = "ray" if item.get_closest_marker("ray") is not None else item.path.name
+        ray = item.get_closest_marker("ray") is not None or uses_local_ray(item)
+        group = "ray" if ray else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and not item.nodeid.endswith(f"@{group}"):
             tagged = f"{item.nodeid}@{group}"
@@ -47,6 +55,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item._id = type(item._id).parse(tagged)
             else:
                 item._nodeid = tagged
+
+
+@pytest.fixture
+def local_ray():
+    """A local Ray instance of two CPUs, for a test whose run puts its workers in it (``ray``
+    marked, so on the Ray group's worker). A start costs seconds, so the tests that ask for it
+    run one after the other (last, see above) and share one instance; it is shut down after
+    the last of them (``pytest_runtest_teardown``), so every other test finds no Ray running
+    (some check the instance that they start themselves)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
+                 log_to_driver=False)
+    return ray
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Shut ``local_ray`` down after the last consecutive test that uses it."""
+    ray = sys.modules.get("ray")
+    if uses_local_ray(item) and not uses_local_ray(nextitem) and ray and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

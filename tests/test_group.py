@@ -21,6 +21,11 @@ FAST = [
 ]
 
 
+# For runs whose checks read no final-evaluation figure: 2 final episodes instead of FAST's 20
+# (the learning, saved-start and checkpoint tests compare or read theirs, and keep 20).
+FEW_FINAL = "eval.final_episodes=2"
+
+
 def train(tmp_path, name, *overrides):
     config = harness_config.compose([*FAST, *overrides])
     return trainers.train(config, tmp_path / name), read_metrics(tmp_path / name / "metrics.csv")
@@ -65,8 +70,8 @@ def test_fine_tuning_raises_success_from_a_weak_start(tmp_path, weak_bc_policy):
 
 
 def test_same_seed_gives_the_same_metrics(tmp_path):
-    _, first = train(tmp_path, "a", "algo.iterations=2", "algo=dr_grpo")
-    _, second = train(tmp_path, "b", "algo.iterations=2", "algo=dr_grpo")
+    _, first = train(tmp_path, "a", "algo.iterations=2", "algo=dr_grpo", FEW_FINAL)
+    _, second = train(tmp_path, "b", "algo.iterations=2", "algo=dr_grpo", FEW_FINAL)
     for key in first:
         if not key.startswith("time/"):
             assert first[key] == second[key], key
@@ -78,7 +83,7 @@ def test_every_estimator_updates_the_policy_and_checkpoints(tmp_path, algo, weak
     policy away from its (frozen) reference, and the checkpoint holds both."""
     extra = ["algo.beta=0.05", "algo.zero_signal=resample"] if algo == "critic" else []
     summary, metrics = train(tmp_path, algo, f"algo={algo}", "algo.iterations=2",
-                             f"algo.start_policy.file={weak_bc_policy}", *extra)
+                             f"algo.start_policy.file={weak_bc_policy}", FEW_FINAL, *extra)
     state = torch.load(tmp_path / algo / "checkpoints" / "latest.pt", weights_only=True)
     tuned, start = state["trainer"]["policy"], state["trainer"]["reference"]
     assert any(not torch.equal(tuned[k], start[k]) for k in tuned), "the policy never moved"
@@ -113,9 +118,9 @@ def test_a_run_started_from_the_saved_start_policy_plays_the_same_run(tmp_path, 
 
 
 def test_resume_continues_the_iteration_count(tmp_path):
-    train(tmp_path, "run", "algo.iterations=2")
+    train(tmp_path, "run", "algo.iterations=2", FEW_FINAL)
     first = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
-    summary, _ = train(tmp_path, "run", "algo.iterations=4", "resume=true")
+    summary, _ = train(tmp_path, "run", "algo.iterations=4", "resume=true", FEW_FINAL)
     latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     assert first["iteration"] == 2 and latest["iteration"] == 4
     assert summary["iterations"] == 4 and latest["num_timesteps"] > first["num_timesteps"]
@@ -282,7 +287,7 @@ def test_frozen_encoder_trains_only_what_reads_the_image_features(tmp_path):
 
     # critic: r - V(s0) moves the policy even when every attempt of a fresh policy fails
     train(tmp_path, "frozen", *PIXELS, "algo=critic", "algo.zero_signal=keep",
-          "algo.freeze_encoder=true")
+          "algo.freeze_encoder=true", FEW_FINAL)
     state = torch.load(tmp_path / "frozen" / "checkpoints" / "latest.pt", weights_only=True)
     tuned, start = state["trainer"]["policy"], state["trainer"]["reference"]
     encoder = [k for k in tuned if k.startswith("image_encoder.")]
@@ -356,6 +361,6 @@ def test_workers_send_the_frozen_encoders_features_and_the_update_is_the_same():
 
 
 def test_resume_with_another_freeze_encoder_names_it(tmp_path):
-    train(tmp_path, "run", *PIXELS, "algo.iterations=1")
+    train(tmp_path, "run", *PIXELS, "algo.iterations=1", FEW_FINAL)
     with pytest.raises(ValueError, match="freeze_encoder"):
-        train(tmp_path, "run", *PIXELS, "algo.freeze_encoder=true", "resume=true")
+        train(tmp_path, "run", *PIXELS, "algo.freeze_encoder=true", "resume=true", FEW_FINAL)

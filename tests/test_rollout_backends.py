@@ -79,15 +79,9 @@ def test_batched_rollouts_give_the_same_run_as_policy_copies(tmp_path, reference
 
 @pytest.mark.ray
 @pytest.mark.parametrize("mode", [pytest.param("per_worker", marks=pytest.mark.slow), "batched"])
-def test_ray_actors_give_the_same_run_as_processes(tmp_path, reference, mode):
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-             log_to_driver=False)
-    try:
-        assert run(tmp_path, "run", "algo.workers=2", "algo.rollout.backend=ray",
-                   f"algo.rollout.mode={mode}") == reference
-    finally:
-        ray.shutdown()
+def test_ray_actors_give_the_same_run_as_processes(tmp_path, reference, mode, local_ray):
+    assert run(tmp_path, "run", "algo.workers=2", "algo.rollout.backend=ray",
+               f"algo.rollout.mode={mode}") == reference
 
 
 def _jobs(policy_count: int = 48):

@@ -465,17 +465,11 @@ def _short_attempts_long_evaluations(tmp_path, *overrides):
 
 
 @pytest.mark.ray
-def test_ray_actors_evaluate_with_the_evaluation_step_limit(tmp_path):
+def test_ray_actors_evaluate_with_the_evaluation_step_limit(tmp_path, local_ray):
     """The greedy evaluations in Ray actors play eval.max_episode_steps, the attempts the
     task's limit, as in the process pool."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-             log_to_driver=False)
-    try:
-        _short_attempts_long_evaluations(tmp_path, "algo.rollout.backend=ray", "algo.workers=2",
-                                         "algo.rollout.mode=per_worker")
-    finally:
-        ray.shutdown()
+    _short_attempts_long_evaluations(tmp_path, "algo.rollout.backend=ray", "algo.workers=2",
+                                     "algo.rollout.mode=per_worker")
 
 
 @pytest.mark.parametrize("mode", ["per_worker", "batched"])

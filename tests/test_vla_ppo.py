@@ -120,15 +120,9 @@ def test_workers_and_rollout_modes_give_the_same_run(tmp_path, reference, overri
 
 
 @pytest.mark.ray
-def test_ray_actors_give_the_same_run(tmp_path, reference):
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-             log_to_driver=False)
-    try:
-        assert run(tmp_path, "run", "algo.critic.network=separate", "algo.workers=2",
-                   "algo.rollout.backend=ray", "algo.rollout.mode=batched") == reference
-    finally:
-        ray.shutdown()
+def test_ray_actors_give_the_same_run(tmp_path, reference, local_ray):
+    assert run(tmp_path, "run", "algo.critic.network=separate", "algo.workers=2",
+               "algo.rollout.backend=ray", "algo.rollout.mode=batched") == reference
 
 
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, reference):

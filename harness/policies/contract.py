@@ -13,6 +13,7 @@ directly; nothing outside :mod:`harness.policies` asks a policy what it is.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,6 +107,15 @@ class PolicySpec:
         if self.units_per_step == 0:
             return math.ceil(max_episode_steps / self.execute_steps)
         return max_episode_steps * self.units_per_step
+
+
+def frozen_copy(module: torch.nn.Module) -> Any:
+    """A deep copy of ``module`` in eval mode with every parameter frozen: the KL reference that
+    most policies' :meth:`Policy.frozen_reference` returns."""
+    reference = copy.deepcopy(module).eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
 
 
 class Reference(Protocol):

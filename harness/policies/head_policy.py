@@ -9,7 +9,6 @@ from the two.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.policies.contract import PolicySpec
+from harness.policies.contract import PolicySpec, frozen_copy
 from harness.policies.heads import make_head
 from harness.policies.heads.base import ActionHead, BCScores
 from harness.policies.observations import ObsShapes
@@ -157,10 +156,7 @@ class HeadPolicy(nn.Module):
 
     def frozen_reference(self) -> HeadPolicy:
         """The policy as it is now, frozen (a deep copy in eval mode): the KL reference."""
-        reference = copy.deepcopy(self).eval()
-        for parameter in reference.parameters():
-            parameter.requires_grad_(False)
-        return reference
+        return frozen_copy(self)
 
     def freeze_encoder(self) -> None:
         """Raises: ValueError: this network has no image encoder to freeze."""

@@ -12,7 +12,6 @@ from the two; the base's weights live in the residual's state (``base.*``).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.policies.contract import PolicySpec
+from harness.policies.contract import PolicySpec, frozen_copy
 from harness.policies.factory import build_policy, config_from_saved
 from harness.policies.head_policy import HeadPolicy
 from harness.policies.heads import make_head
@@ -179,10 +178,7 @@ class ResidualPolicy(nn.Module):
     # --- fine-tuning --------------------------------------------------------------------------
 
     def frozen_reference(self) -> ResidualPolicy:
-        reference = copy.deepcopy(self).eval()
-        for parameter in reference.parameters():
-            parameter.requires_grad_(False)
-        return reference
+        return frozen_copy(self)
 
     def freeze_encoder(self) -> None:
         """Nothing to do: the whole base is frozen."""

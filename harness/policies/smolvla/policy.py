@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.policies.contract import PolicySpec
+from harness.policies.contract import PolicySpec, frozen_copy
 from harness.policies.heads.base import (
     LOG_SQRT_2PI,
     BCScores,
@@ -372,10 +372,7 @@ class SmolVLAPolicy(nn.Module):
 
     def frozen_reference(self) -> SmolVLAPolicy:
         """The policy as it is now, frozen (a deep copy in eval mode): the KL reference."""
-        reference = copy.deepcopy(self).eval()
-        for parameter in reference.parameters():
-            parameter.requires_grad_(False)
-        return reference
+        return frozen_copy(self)
 
     def freeze_encoder(self) -> None:
         """Raises: ValueError: SmolVLA's vision encoder is part of its backbone (LoRA adapts it)."""
