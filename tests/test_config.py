@@ -379,6 +379,28 @@ def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
     assert control.starts.shares == {"reset": 0.25, "demo": 0.75, "replay": 0.0}
 
 
+# The arms of the recipe search on validation (docs/results_group.md, "Recipes per head from
+# pixels") that each head's experiment file names: the file must be that very arm.
+HEAD_RECIPES = {
+    "tokens_c1": [],
+    "tokens_c4": ["policy.chunk_size=4", "algo.learning_rate=1e-4"],
+    "gaussian": ["policy/head=gaussian", "policy.chunk_size=4", "algo.learning_rate=3e-4",
+                 "algo.exploration.high=0.3"],
+    "flow": ["policy/head=flow", "policy.chunk_size=1", "algo.residual.scale=0.2",
+             "algo.residual.log_std_init=-1.5", "algo.learning_rate=3e-4"],
+}
+
+
+@pytest.mark.parametrize("head", sorted(HEAD_RECIPES))
+def test_each_heads_pixel_recipe_is_the_arm_chosen_on_validation(head):
+    """``push_full_pixels_<head>`` is push_full_pixels with the chosen arm's overrides, setting
+    for setting (the figures of the test seeds were measured with these files)."""
+    recipe = compose([f"+experiment=push_full_pixels_{head}"])
+    arm = compose(["+experiment=push_full_pixels", *HEAD_RECIPES[head]])
+    assert recipe == arm
+    assert recipe.algo.iterations == 150  # the main job's budget
+
+
 def test_tiny_vla_reach_is_hf_vla_reach_with_another_policy():
     """docs/vla.md compares the two on the same task, budget and group settings: only the
     policy and the start recipe that the hf_vla command line sets differ."""
