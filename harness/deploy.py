@@ -82,9 +82,9 @@ def check_record(info: dict[str, Any], path: Path) -> None:
                                                       MAX_EPISODE_STEPS):
         refuse("task_options.max_episode_steps", options["max_episode_steps"],
                f"an integer in [1, {MAX_EPISODE_STEPS}]")
-    policy = info.get("policy")
-    if not isinstance(policy, dict) or not isinstance(policy.get("kind"), str):
-        refuse("policy", policy, "the policy config, with its kind")
+    policy_config = info.get("policy")
+    if not isinstance(policy_config, dict) or not isinstance(policy_config.get("kind"), str):
+        refuse("policy", policy_config, "the policy config, with its kind")
     if not isinstance(info.get("exported_at"), str):
         refuse("exported_at", info.get("exported_at"), "the export date")
     if not integer(info.get("action_dim"), 1, MAX_ACTION_DIM):

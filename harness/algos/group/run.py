@@ -151,12 +151,12 @@ class GroupRun:
         given), the device's dtypes."""
         ray_cluster.preflight(cfg.algo.rollout, cfg.algo.workers)
         cfg.policy.check_device(resolve_device(cfg.device))
-        head = cfg.policy.head_name
-        if cfg.algo.residual.scale > 0 and head is None:
+        own_head = cfg.policy.head_name is not None  # hf_vla's and smolvla's heads are their own
+        if cfg.algo.residual.scale > 0 and not own_head:
             raise ValueError(f"algo.residual puts a residual head on an mlp or tiny_vla start; "
                              f"policy={cfg.policy.name} has no head of the harness's own")
-        head = "gaussian" if cfg.algo.residual.scale > 0 else head  # the head that trains
-        if cfg.algo.exploration.active and (head is None or not noise_bounded(head)):
+        head = "gaussian" if cfg.algo.residual.scale > 0 else cfg.policy.head_name  # what trains
+        if cfg.algo.exploration.active and not (own_head and noise_bounded(head)):
             raise ValueError(f"algo.exploration bounds the noise scale of a gaussian or flow "
                              f"head; policy={cfg.policy.name} with head {head!r} has none "
                              "that it can bound (a tokens head explores by algo.temperature)")
