@@ -106,3 +106,80 @@ def test_a_residual_reloads_from_its_checkpoint(tmp_path, data_dir):
 def test_the_residual_is_refused_where_it_cannot_sit():
     with pytest.raises(ConfigError, match=r"algo.residual.scale=3"):
         harness_config.compose(["algo=grpo", "algo.residual.scale=3"])
+
+
+@pytest.mark.parametrize(("obs_mode", "base_head"), [("state", "tokens"), ("pixels", "flow")])
+def test_a_residual_exports_to_onnx_and_deploys_its_greedy_actions(obs_mode, base_head, tmp_path):
+    """The graph gives the residual's greedy actions (the base's greedy chunk plus a residual
+    far from zero, saturating the clip), through the deploy side too."""
+    import numpy as np
+
+    import tasks
+    from harness.deploy import ExportedPolicy
+    from harness.export import export_onnx, sample_observations
+    from harness.policies.tiny_vla import TinyVLAConfig
+
+    options = {"obs_mode": obs_mode, "max_episode_steps": 4}
+    if obs_mode == "pixels":
+        options["image_size"] = 32
+        config = TinyVLAConfig(hidden=16, conv_channels=[4, 4], chunk_size=2,
+                               head={"name": base_head, "steps": 2})
+    else:
+        config = harness_config.compose([*STATE, "algo=grpo", f"policy/head={base_head}"]).policy
+    env = tasks.make("reach", **options)
+    torch.manual_seed(0)
+    residual = residual_of(make_policy(config, env.observation_space), 1.0)
+    with torch.no_grad():
+        residual.head.mean.bias.copy_(torch.linspace(-3.0, 3.0, residual.head.mean.bias.numel()))
+    model, info = export_onnx(residual, {"task": "reach", "task_options": options},
+                              sample_observations(env, 16))
+    assert info["action_head"] == "residual" and info["outputs"] == ["actions"]
+    assert info["base"]["action_head"] == base_head and info["policy"]["kind"] == "residual"
+    assert (info["chunk_size"], info["execute_steps"]) == (2, 2)
+    assert info["parity"]["max_abs_action_diff"] <= 1e-5
+    (tmp_path / "residual.onnx").write_bytes(model)
+    exported = ExportedPolicy(tmp_path / "residual.onnx")
+    obs, _ = env.reset(seed=1)
+    env.close()
+    with torch.no_grad():
+        _, expected = residual.eval().act(obs_to_batch(obs), deterministic=True)
+        _, base = residual.base.act(obs_to_batch(obs), deterministic=True)
+    actions = exported(obs)
+    np.testing.assert_allclose(actions, expected[0].numpy(), rtol=0, atol=1e-5)
+    assert np.abs(actions).max() == 1.0 and not np.allclose(actions, base[0].numpy())
+
+
+def test_a_residual_run_exports_and_deploys_as_it_evaluates(tmp_path, data_dir):
+    import importlib
+
+    from harness.checkpoints import evaluate_checkpoint
+    from harness.deploy import ExportedPolicy, deploy
+
+    _run(tmp_path, "run", "algo=grpo", "algo.iterations=1")
+    export_app = importlib.import_module("harness.apps.export_policy")
+    assert export_app.main([f"checkpoint={tmp_path / 'run'}", f"out={tmp_path / 'run.onnx'}",
+                            f"hydra.run.dir={tmp_path / 'hydra'}", "hydra/job_logging=none",
+                            "hydra/hydra_logging=none"]) == 0
+    expected, _ = evaluate_checkpoint(tmp_path / "run", episodes=3)
+    result = deploy(ExportedPolicy(tmp_path / "run.onnx"), episodes=3)
+    assert [(e.seed, e.success, e.length) for e in result.evaluation.episodes] == [
+        (e.seed, e.success, e.length) for e in expected.episodes]
+    assert [e.episode_return for e in result.evaluation.episodes] == pytest.approx(
+        [e.episode_return for e in expected.episodes], abs=1e-4)
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (["policy=smolvla", "algo.residual.scale=0.2"],
+     "algo.residual puts a residual head on an mlp or tiny_vla start; policy=smolvla"),
+    (["policy=smolvla", "algo.exploration.high=0.3"],
+     "algo.exploration bounds the noise scale .* policy=smolvla"),
+    (["policy=tiny_vla", "policy/head=tokens", "algo.exploration.high=0.3"],
+     "algo.exploration .* head 'tokens' has none .* algo.temperature"),
+])
+def test_residual_and_exploration_are_refused_where_they_cannot_act(tmp_path, overrides, named):
+    """By name, before the run folder exists."""
+    config = harness_config.compose([*STATE[:3], "task.obs_mode=pixels", "task.image_size=32",
+                                     "algo=grpo", "logger=none", *overrides])
+    with pytest.raises(ValueError, match=named):
+        trainers.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

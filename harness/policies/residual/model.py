@@ -198,16 +198,43 @@ class ResidualPolicy(nn.Module):
         return None
 
     def export_graph(self, keys: tuple[str, ...]) -> nn.Module:
-        """Raises: TypeError: ONNX export covers the mlp and tiny_vla networks."""
-        raise TypeError("cannot export a residual policy to ONNX yet; export its base "
-                        "(the run's start_policy.pt) or evaluate it with scripts/evaluate.py")
+        """The greedy graph from the arrays ``keys`` to ``actions``: the base's greedy chunk
+        plus ``scale * tanh(mean)``, clipped to ``[-1, 1]``."""
+        return _GreedyResidualGraph(self, keys)
 
     def export_record(self) -> dict[str, Any]:
-        return self.export_graph(())
+        """``actions`` only (a continuous action, whatever the base's head), the sizes, the
+        greedy rule and the base head's own record."""
+        base = self.base.export_record()
+        return {"action_head": "residual", "outputs": ["actions"],
+                "action_dim": base["action_dim"], "chunk_size": base["chunk_size"],
+                "execute_steps": base["execute_steps"],
+                "greedy_rule": f"clip(the base's greedy chunk + {self.config.scale:g} "
+                               "tanh(mean), -1, 1)",
+                "base": base}
 
     @staticmethod
     def migrate_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return state
+
+
+class _GreedyResidualGraph(nn.Module):
+    """The residual's greedy actions from the observation arrays as positional inputs; a chunk
+    of one keeps the ``(B, action_dim)`` of a single action, as the base's graph does."""
+
+    def __init__(self, policy: ResidualPolicy, keys: tuple[str, ...]) -> None:
+        super().__init__()
+        self.policy, self.keys = policy, tuple(keys)
+        self.base_actions_at = policy.base.head.export_outputs.index("actions")
+
+    def forward(self, *arrays: torch.Tensor) -> tuple[torch.Tensor]:
+        policy = self.policy
+        features = policy.features(dict(zip(self.keys, arrays, strict=True)))
+        base = policy.base.head.export_graph(features)[self.base_actions_at]  # any batch size
+        actions = policy._combine(base, policy.head.greedy(features))
+        if actions.shape[1] == 1:
+            return (actions.view(-1, actions.shape[-1]),)
+        return (actions,)
 
 
 def residual_of(base: HeadPolicy, scale: float, head: dict[str, Any] | None = None
