@@ -401,6 +401,17 @@ def test_each_heads_pixel_recipe_is_the_arm_chosen_on_validation(head):
     assert recipe.algo.iterations == 150  # the main job's budget
 
 
+def test_the_gaussian_state_recipe_is_the_arm_run_on_validation_and_its_tests():
+    """``push_full_state_gaussian`` is the validation arm and the test runs of
+    docs/results_group.md ("Recipes from state"), setting for setting."""
+    recipe = compose(["+experiment=push_full_state_gaussian"])
+    arm = compose(["+experiment=push_full_state", "algo.starts.source=reset",
+                   "policy/head=gaussian", "algo.learning_rate=3e-4",
+                   "algo.exploration.high=0.3"])
+    assert recipe == arm
+    assert recipe.algo.iterations == 600 and recipe.policy.chunk_size == 1
+
+
 def test_tiny_vla_reach_is_hf_vla_reach_with_another_policy():
     """docs/vla.md compares the two on the same task, budget and group settings: only the
     policy and the start recipe that the hf_vla command line sets differ."""
