@@ -3,12 +3,14 @@ its ``demo_<i>`` group and read back (the layout is :mod:`harness.demos`'s)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import h5py
 import numpy as np
 
 import tasks
+from harness_common import checksums
 
 
 def record_episode(
@@ -58,25 +60,29 @@ def record_episode(
 
 
 def write_episode(group: h5py.Group, episode: dict[str, Any], seed: int) -> None:
-    """Store an episode of :func:`record_episode` in its ``demo_<i>`` group, with its seed."""
+    """Store an episode of :func:`record_episode` in its ``demo_<i>`` group, with its seed and
+    each dataset's checksum (:func:`harness_common.checksums.stamp`)."""
     for key, array in episode["obs"].items():
         # Images dominate the file size and compress well; small vectors are not worth it.
         compression = "gzip" if array.dtype == np.uint8 else None
-        group.create_dataset(f"obs/{key}", data=array, compression=compression)
+        dataset = group.create_dataset(f"obs/{key}", data=array, compression=compression)
+        checksums.stamp(dataset, array)
     for key in ("actions", "executed_actions", "rewards", "dones"):
         if key in episode:
-            group.create_dataset(key, data=episode[key])
+            checksums.stamp(group.create_dataset(key, data=episode[key]), episode[key])
     snapshots = group.create_dataset("snapshots", (len(episode["snapshots"]),),
                                      dtype=h5py.vlen_dtype(np.uint8))
     for t, snapshot in enumerate(episode["snapshots"]):
         snapshots[t] = snapshot
+    checksums.stamp(snapshots, episode["snapshots"])
     group.attrs["num_samples"] = len(episode["actions"])
     group.attrs["success"] = episode["success"]
     group.attrs["seed"] = seed
 
 
 def read_episode(group: h5py.Group, keys: list[str]) -> dict[str, Any]:
-    """The arrays of ``keys`` and the attributes of a ``demo_<i>`` group."""
+    """The arrays of ``keys`` and the attributes of a ``demo_<i>`` group (unverified: see
+    :func:`verify_episode`)."""
     return {
         "obs": {key: group["obs"][key][()] for key in keys},
         "actions": group["actions"][()],
@@ -85,3 +91,16 @@ def read_episode(group: h5py.Group, keys: list[str]) -> dict[str, Any]:
         "success": bool(group.attrs["success"]),
         "seed": int(group.attrs["seed"]),
     }
+
+
+def verify_episode(group: h5py.Group, episode: dict[str, Any], path: str | os.PathLike,
+                   fix: str) -> None:
+    """Check the arrays :func:`read_episode` read from ``group`` against their checksums.
+
+    Raises:
+        harness_common.checksums.ChecksumError: Naming the file and the damaged dataset.
+    """
+    arrays = {**{f"obs/{key}": array for key, array in episode["obs"].items()},
+              **{key: episode[key] for key in ("actions", "rewards", "dones")}}
+    for name, array in arrays.items():
+        checksums.verify(group[name], array, path, fix)

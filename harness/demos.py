@@ -2,6 +2,9 @@
 
 One file holds the episodes of one task under one set of environment options::
 
+    /                            attrs: checksums ("sha256": every dataset below carries the
+                                 SHA-256 of its contents as its ``sha256`` attribute; absent in
+                                 files written before checksums, see :func:`load_demos`)
     data/                        attrs: env_args (JSON), total (steps over all demos),
                                  format_version (2; files without it are version 1)
         demo_0/                  attrs: num_samples, success, seed
@@ -21,6 +24,11 @@ One file holds the episodes of one task under one set of environment options::
 into the environment the demos came from, so a policy trained on them is evaluated on the same
 observations. Files recorded for reuse (the demos a run clones its start policy from) are cached in
 :func:`demo_cache_dir`.
+
+Readers verify what they read against the checksums and refuse a damaged file by name
+(:class:`harness_common.checksums.ChecksumError`) rather than rebuild it: a flipped bit points
+at failing storage or a stray writer that a person should see, and other runs may be reading
+the same cached file. Deleting the file makes the next run record it again.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ import numpy as np
 from tqdm import tqdm
 
 import tasks
-from harness.demo_episodes import read_episode, record_episode, write_episode
+from harness.demo_episodes import read_episode, record_episode, verify_episode, write_episode
+from harness_common import checksums
 from harness_common.files import atomic_path
 from harness_common.paths import data_dir
 
@@ -46,6 +55,8 @@ ACTION_DIM = 4  # dx, dy, dz, gripper: the action space of every task
 DEMO_LABELS: tuple[str, ...] = ("executed", "expert")  # what a demo's ``actions`` hold
 MAX_TRIES_PER_DEMO = 10  # with only_successes, attempts allowed per demo asked for
 _DEMO_NAME = re.compile(r"demo_(\d+)")
+REBUILD_HINT = ("delete it and record it again (a run records its cached demos again when the "
+                "file is missing; scripts/collect_demos.py writes a file of your own)")
 
 
 def demo_cache_dir() -> Path:
@@ -181,6 +192,7 @@ def collect_demos(
             data.attrs["env_args"] = env_args_json
             data.attrs["total"] = tally.steps
             data.attrs["format_version"] = DEMO_FORMAT_VERSION
+            checksums.mark(f)
     finally:
         bar.close()
         env.close()
@@ -278,7 +290,9 @@ def load_demo_snapshots(path: str | os.PathLike) -> list[list[bytes]]:
     Raises:
         FileNotFoundError: No file at ``path``.
         ValueError: A file of format version 1, which holds no snapshots (re-record it with
-            ``scripts/collect_demos.py``), or a damaged one.
+            ``scripts/collect_demos.py``), or a damaged one (a
+            :class:`~harness_common.checksums.ChecksumError` when its snapshots do not match
+            their checksums).
     """
     path = Path(path)
     if not path.is_file():
@@ -290,13 +304,24 @@ def load_demo_snapshots(path: str | os.PathLike) -> list[list[bytes]]:
             raise ValueError(f"{path} is a demo file of format version {version}, which holds "
                              "no snapshots; record it again with scripts/collect_demos.py "
                              f"(format version {DEMO_FORMAT_VERSION})")
+        checked = checksums.is_checksummed(f)
         names = sorted(data, key=lambda name: int(name.split("_")[1]))
-        return [[bytes(step.tobytes()) for step in data[name]["snapshots"][()]]
-                for name in names]
+        snapshots = []
+        for name in names:
+            steps = data[name]["snapshots"][()]
+            if checked:
+                checksums.verify(data[name]["snapshots"], steps, path, REBUILD_HINT)
+            snapshots.append([bytes(step.tobytes()) for step in steps])
+    if not checked:
+        checksums.adopt_legacy(path, "demo file")
+    return snapshots
 
 
 def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None = None) -> Demos:
     """Read a demo file written by :func:`collect_demos`, concatenating its episodes in order.
+
+    Every array read is verified against its checksum; a file written before checksums is
+    accepted unchecked once and given them (:func:`harness_common.checksums.adopt_legacy`).
 
     Args:
         path: The HDF5 file.
@@ -310,6 +335,8 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         FileNotFoundError: ``path`` does not exist.
         ValueError: The file is not HDF5, lacks the ``data`` group, its attributes or any demo,
             a requested key is missing, or a demo's arrays disagree in length.
+        harness_common.checksums.ChecksumError: A ``ValueError``: an array read does not match
+            its checksum (the file and dataset are named).
     """
     path = Path(path)
     if not path.is_file():
@@ -341,18 +368,15 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         try:
             episodes = [read_episode(data[name], wanted) for name in names]
         except (KeyError, OSError) as error:
-            raise ValueError(f"{path} is damaged: {error}") from error
-    for name, episode in zip(names, episodes, strict=True):
-        lengths = {len(a) for a in (*episode["obs"].values(), episode["actions"],
-                                    episode["rewards"], episode["dones"])}
-        if len(lengths) != 1:
-            raise ValueError(f"{path}: arrays of {name} disagree in length ({sorted(lengths)})")
-        actions = np.asarray(episode["actions"])
-        if actions.ndim != 2 or actions.shape[1] != ACTION_DIM:
-            raise ValueError(f"{path}: {name}/actions has shape {actions.shape}; expected "
-                             f"(steps, {ACTION_DIM})")
-        if actions.dtype.kind not in "iuf" or not np.isfinite(actions).all():
-            raise ValueError(f"{path}: {name}/actions holds non-finite or non-numeric values")
+            raise ValueError(f"{path} is damaged: {error}; {REBUILD_HINT}") from error
+        for name, episode in zip(names, episodes, strict=True):
+            _check_episode(path, name, episode)
+        checked = checksums.is_checksummed(f)
+        if checked:
+            for name, episode in zip(names, episodes, strict=True):
+                verify_episode(data[name], episode, path, REBUILD_HINT)
+    if not checked:
+        checksums.adopt_legacy(path, "demo file")
     return Demos(
         obs={key: np.concatenate([e["obs"][key] for e in episodes]) for key in wanted},
         actions=np.concatenate([e["actions"] for e in episodes]).astype(np.float32),
@@ -365,3 +389,18 @@ def load_demos(path: str | os.PathLike, keys: list[str] | tuple[str, ...] | None
         seeds=np.array([e["seed"] for e in episodes], dtype=np.int64),
         env_args=env_args,
     )
+
+
+def _check_episode(path: Path, name: str, episode: dict[str, Any]) -> None:
+    """Refuse a demo whose arrays disagree in length or whose actions are not ``(steps, 4)``
+    finite numbers (naming ``path`` and the demo)."""
+    lengths = {len(a) for a in (*episode["obs"].values(), episode["actions"],
+                                episode["rewards"], episode["dones"])}
+    if len(lengths) != 1:
+        raise ValueError(f"{path}: arrays of {name} disagree in length ({sorted(lengths)})")
+    actions = np.asarray(episode["actions"])
+    if actions.ndim != 2 or actions.shape[1] != ACTION_DIM:
+        raise ValueError(f"{path}: {name}/actions has shape {actions.shape}; expected "
+                         f"(steps, {ACTION_DIM})")
+    if actions.dtype.kind not in "iuf" or not np.isfinite(actions).all():
+        raise ValueError(f"{path}: {name}/actions holds non-finite or non-numeric values")

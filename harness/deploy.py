@@ -13,6 +13,10 @@ with action chunks declares ``chunk_size`` (its ``actions`` are ``(B, chunk_size
 action_dim)``) and ``execute_steps``: each decision plays that many actions before the graph
 sees the next observation.
 
+Before its first decision a file must meet :class:`DeployLimits` (sizes, operators, constants,
+and a trial warm-up decision bounded in memory and time in a process of its own), so that a
+crafted file is refused by name instead of allocating gigabytes or hanging.
+
 Nothing here imports torch (``tests/test_export.py`` checks it on ``scripts/deploy_policy.py``),
 so this is the whole inference side a robot computer needs besides ``tasks`` for simulation.
 """
@@ -21,13 +25,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import gymnasium as gym
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 import tasks
@@ -53,7 +60,50 @@ MAX_INPUT_ELEMENTS = 2**22  # per observation: 480 x 480 x 3 pixels is 691,200
 MAX_EPISODE_STEPS = 10_000  # the tasks' own horizons are 50 to 100 control steps
 MAX_ACTION_DIM, MAX_BINS = 64, 65536
 OBSERVATION_KEYS = ("pixels", "proprio", "state", "instruction")
-_ORT_TYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8", "tensor(int64)": "int64"}
+
+
+@dataclass(frozen=True)
+class DeployLimits:
+    """Bounds an exported file must meet before its first decision (:class:`ExportedPolicy`):
+    far above what ``scripts/export_policy.py`` writes, low enough that a crafted file cannot
+    make the deploy side allocate gigabytes or hang.
+
+    Attributes:
+        model_bytes: The largest model file (exported policies are 10 KiB to a few MiB).
+        record_bytes: The largest metadata (every ``metadata_props`` entry, the deploy record
+            among them, and the model's descriptions, in all), read from the file's bytes
+            before anything parses them (a record is a few KiB).
+        tensor_elements: The largest constant tensor (a weight, a ``Constant``) and the largest
+            tensor a ``ConstantOfShape`` or ``Range`` of constant sizes makes.
+        warm_up_bytes: The address space of the process that makes the trial warm-up decision
+            (:func:`trial_decision`), interpreter and onnxruntime (about 200 MB) included.
+        warm_up_seconds: The wall-clock time of that process, its start included.
+    """
+
+    model_bytes: int = 256 * 2**20
+    record_bytes: int = 2**20
+    tensor_elements: int = 2**24
+    warm_up_bytes: int = 2**30
+    warm_up_seconds: float = 60.0
+
+
+# The operators the exporter emits (harness.export on the mlp and tiny_vla networks, every
+# head, chunks, keypoints, average pooling, residuals): a graph with any other, Loop, Scan, If,
+# Expand, Tile and Resize among them, is refused. Each input below sets a size or a shape
+# (Reshape's target, Slice's bounds, ConstantOfShape's shape, Range's bounds, the axes of
+# Unsqueeze and ReduceSum) and must be computed from constants and input shapes alone, never
+# from observation values: then every decision allocates what the trial warm-up decision does,
+# and bounding that one bounds them all.
+GRAPH_OPS = ("Add", "ArgMax", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv",
+             "Cos", "Div", "Einsum", "Equal", "Exp", "Flatten", "Gather", "Gemm", "MatMul",
+             "Mul", "Not", "Range", "ReduceSum", "Relu", "Reshape", "Shape", "Sigmoid", "Sin",
+             "Slice", "Softmax", "Sub", "Tanh", "Transpose", "Unsqueeze")
+SIZE_INPUTS = {"Reshape": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
+               "Range": (0, 1, 2), "Unsqueeze": (1,), "ReduceSum": (1,)}
+# Fields of onnx.proto's ModelProto that only describe the model: producer_name, _version,
+# domain, doc_string, metadata_props.
+_DESCRIPTION_FIELDS = {2: "producer_name", 3: "producer_version", 4: "domain", 6: "doc_string",
+                       14: "metadata_props"}
 
 
 def check_record(info: dict[str, Any], path: Path) -> None:
@@ -126,24 +176,219 @@ def check_record(info: dict[str, Any], path: Path) -> None:
         refuse("evaluation.difficulties", difficulties, "a list of numbers in [0, 1]")
 
 
-def check_graph(session: ort.InferenceSession, inputs: dict[str, tuple[tuple[int, ...], Any]],
-                action_dim: int, path: Path, chunk_size: int = 1) -> None:
-    """Refuse a graph whose inputs or ``actions`` output differ from its deploy record
-    (``actions`` ``(B, action_dim)``, or ``(B, chunk_size, action_dim)`` for a chunk).
+def _varint(file: BinaryIO) -> int:
+    """The protobuf varint at ``file``'s position."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = file.read(1)
+        if not byte:
+            raise ValueError("the file ends inside a field")
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+    raise ValueError("a varint longer than 10 bytes")
+
+
+def description_bytes(file: BinaryIO, size: int) -> dict[str, int]:
+    """Bytes of each describing field of a serialised ONNX ``ModelProto`` (metadata, doc
+    string, producer), found by walking its top-level protobuf fields and seeking past their
+    contents: nothing is parsed or held, however large a field is.
+
+    Args:
+        file: The model file, at its start.
+        size: Its size in bytes.
+
+    Returns:
+        Field name -> bytes, for the fields present (``metadata_props``: all entries).
+
+    Raises:
+        ValueError: Not a protobuf message (a field past the end, an unknown wire type).
+    """
+    found: dict[str, int] = {}
+    while file.tell() < size:
+        tag = _varint(file)
+        number, wire = tag >> 3, tag & 7
+        if number == 0 or wire not in (0, 1, 2, 5):
+            raise ValueError(f"field {number} of wire type {wire} at byte {file.tell()}")
+        if wire == 0:
+            _varint(file)
+            continue
+        length = {1: 8, 5: 4}.get(wire) or _varint(file)
+        if file.tell() + length > size:
+            raise ValueError(f"field {number} of {length} bytes runs past the end")
+        if wire == 2 and number in _DESCRIPTION_FIELDS:
+            name = _DESCRIPTION_FIELDS[number]
+            found[name] = found.get(name, 0) + length
+        file.seek(length, os.SEEK_CUR)
+    return found
+
+
+def check_ops(model: onnx.ModelProto, path: Path, limits: DeployLimits) -> None:
+    """Refuse a graph that could allocate without bound or loop: operators other than
+    :data:`GRAPH_OPS` (of the default domain, no functions), constant tensors over
+    ``limits.tensor_elements``, and sizes (:data:`SIZE_INPUTS`) computed from observation
+    values or, when constant, over that bound.
+
+    Raises:
+        ValueError: Naming the file, the node and its operator, and the rule or limit.
+    """
+    graph = model.graph
+    if model.functions or graph.sparse_initializer:
+        raise ValueError(f"{path}: the graph has model functions or sparse initializers; the "
+                         "exporter writes neither")
+    constants: dict[str, np.ndarray] = {}
+    for tensor in graph.initializer:
+        elements = int(np.prod(tensor.dims, dtype=float))
+        if elements > limits.tensor_elements:
+            raise ValueError(f"{path}: its initializer {tensor.name!r} has {elements:,} elements;"
+                             f" the limit is tensor_elements={limits.tensor_elements:,}")
+        constants[tensor.name] = tensor
+    from_values = {entry.name for entry in graph.input} - set(constants)
+    known = from_values | set(constants) | {""}  # "": an optional input left out
+    for node in graph.node:
+        where = f"{path}: node {node.name!r} ({node.op_type})"
+        if node.domain not in ("", "ai.onnx") or node.op_type not in GRAPH_OPS:
+            raise ValueError(f"{where} of domain {node.domain or 'ai.onnx'!r} is not an "
+                             f"operator the exporter emits; allowed: {', '.join(GRAPH_OPS)}")
+        # In order, each name made once (ONNX's rule): the walk below then sees every source.
+        if not set(node.input) <= known or set(node.output) & known:
+            raise ValueError(f"{where} reads a tensor not made before it or remakes one: "
+                             "the nodes are not in topological order")
+        known.update(node.output)
+        if node.op_type == "Constant":
+            kinds = sorted(a.name for a in node.attribute)
+            if not set(kinds) <= {"value", "value_int", "value_ints", "value_float",
+                                  "value_floats"}:
+                raise ValueError(f"{where} holds {kinds}; the exporter writes dense values only")
+            elements = max((int(np.prod(a.t.dims, dtype=float)) if a.name == "value"
+                            else len(a.ints) + len(a.floats) for a in node.attribute), default=0)
+            if elements > limits.tensor_elements:
+                raise ValueError(f"{where} has {elements:,} elements; the limit is "
+                                 f"tensor_elements={limits.tensor_elements:,}")
+            if kinds == ["value"]:
+                constants[node.output[0]] = node.attribute[0].t
+        for index in SIZE_INPUTS.get(node.op_type, ()):
+            name = node.input[index] if index < len(node.input) else ""
+            if name in from_values:
+                raise ValueError(f"{where}: its input {index} ({name!r}), which sets a size or a "
+                                 "shape, is computed from observation values; sizes must come "
+                                 "from constants and input shapes alone")
+        if node.op_type in ("ConstantOfShape", "Range") and all(
+                name in constants for name in node.input):
+            literal = [onnx.numpy_helper.to_array(constants[name]) for name in node.input]
+            made = (np.prod(literal[0], dtype=float) if node.op_type == "ConstantOfShape"
+                    else np.ceil((literal[1] - literal[0]) / literal[2]))
+            if made > limits.tensor_elements:
+                raise ValueError(f"{where} makes a tensor of {made:,.0f} elements; the limit is "
+                                 f"tensor_elements={limits.tensor_elements:,}")
+        if node.op_type != "Shape" and any(name in from_values for name in node.input):
+            from_values.update(node.output)
+
+
+def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | str, ...]:
+    """A graph input's or output's shape after the batch axis, each side a number or a name."""
+    dims = value.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims[1:])
+
+
+def check_graph(graph: onnx.GraphProto, inputs: dict[str, tuple[tuple[int, ...], Any]],
+                info: dict[str, Any], path: Path) -> None:
+    """Refuse a graph whose inputs or outputs differ from its deploy record: ``actions``
+    ``(B, action_dim)``, or ``(B, chunk_size, action_dim)`` for a chunk; for tokens also
+    ``logits`` ``(B, chunk_size * action_dim, num_bins)`` and ``tokens`` ``(B, chunk_size *
+    action_dim)``, when the graph gives them. An output side the graph leaves named must be
+    the record's in the trial decision (:func:`trial_decision`).
 
     Raises:
         ValueError: Naming the file and both descriptions.
     """
-    graph = {node.name: (tuple(node.shape[1:]), _ORT_TYPES.get(node.type, node.type))
-             for node in session.get_inputs()}
+    constants = {tensor.name for tensor in graph.initializer}
+    taken = {value.name: (_static_shape(value), str(onnx.helper.tensor_dtype_to_np_dtype(
+        value.type.tensor_type.elem_type))) for value in graph.input if value.name not in constants}
     declared = {name: (shape, str(dtype)) for name, (shape, dtype) in inputs.items()}
-    actions = [node.shape for node in session.get_outputs() if node.name == "actions"]
-    expected = [action_dim] if chunk_size == 1 else [chunk_size, action_dim]
-    if graph != declared or not actions or actions[0][1:] != expected:
-        raise ValueError(f"{path}: the graph takes {graph} and gives actions "
-                         f"{actions[0][1:] if actions else None}, but its {METADATA_KEY!r} "
-                         f"metadata declares {declared}, action_dim={action_dim} and "
-                         f"chunk_size={chunk_size}")
+    outputs = {value.name: _static_shape(value) for value in graph.output}
+    action_dim, chunk_size = info["action_dim"], info.get("chunk_size", 1)
+    expected = {"actions": (action_dim,) if chunk_size == 1 else (chunk_size, action_dim)}
+    if info.get("action_head", "tokens") == "tokens":
+        expected |= {"logits": (chunk_size * action_dim, info["num_bins"]),
+                     "tokens": (chunk_size * action_dim,)}
+    # A side the tracer left named (a chunk's reshape) is checked on the trial decision's
+    # actions (trial_decision); a numbered one must be the record's.
+    wrong = {name: shape for name, shape in outputs.items() if name in expected and (
+        len(shape) != len(expected[name]) or any(
+            isinstance(side, int) and side != want
+            for side, want in zip(shape, expected[name], strict=True)))}
+    if taken != declared or "actions" not in outputs or wrong:
+        raise ValueError(f"{path}: the graph takes {taken} and gives {outputs}, but its "
+                         f"{METADATA_KEY!r} metadata declares {declared}, action_dim="
+                         f"{action_dim} and chunk_size={chunk_size} (outputs {expected})")
+
+
+TRIAL_SCRIPT = Path(__file__).with_name("deploy_trial.py")
+
+
+def trial_decision(model: bytes, inputs: list[dict[str, Any]], actions: tuple[int, ...],
+                   path: Path, limits: DeployLimits) -> float:
+    """Make the warm-up decision (zero observations of ``inputs``, batch 1) in a process of its
+    own (:mod:`harness.deploy_trial`), its address space capped at ``limits.warm_up_bytes`` and
+    killed after ``limits.warm_up_seconds``; its ``actions`` must have the shape ``(1,
+    *actions)``.
+
+    Returns:
+        The decision's seconds in that process.
+
+    Raises:
+        ValueError: It ran out of time, failed (an allocation past the bound, a graph that
+            fails on zeros) or gave actions of another shape, naming the file and the limit.
+    """
+    command = [sys.executable, "-I", str(TRIAL_SCRIPT), str(limits.warm_up_bytes),
+               json.dumps(inputs)]
+    try:
+        done = subprocess.run(command, input=model, capture_output=True,
+                              timeout=limits.warm_up_seconds)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"{path}: the warm-up decision did not finish within warm_up_seconds="
+                         f"{limits.warm_up_seconds:g}") from None
+    if done.returncode != 0:
+        error = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        raise ValueError(f"{path}: the warm-up decision on zero observations of its declared "
+                         f"inputs {inputs} failed within warm_up_bytes={limits.warm_up_bytes:,} "
+                         f"of address space (exit status {done.returncode}): {error}")
+    trial = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    if tuple(trial["actions_shape"]) != (1, *actions):
+        raise ValueError(f"{path}: the warm-up decision gives actions of shape "
+                         f"{tuple(trial['actions_shape'])}; its {METADATA_KEY!r} metadata "
+                         f"declares {(1, *actions)} (action_dim={actions[-1]}"
+                         + (f", chunk_size={actions[0]})" if len(actions) > 1 else ")"))
+    return float(trial["decision_s"])
+
+
+def read_model(path: Path, limits: DeployLimits) -> tuple[bytes, onnx.ModelProto]:
+    """The bytes and the parsed model of ``path``, its size and its metadata's size checked
+    before either is parsed.
+
+    Raises:
+        ValueError: A file or metadata over the limits, or no ONNX model, naming the file.
+    """
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limits.model_bytes:
+            raise ValueError(f"{path} is {size:,} bytes; the limit is model_bytes="
+                             f"{limits.model_bytes:,}")
+        try:
+            described = description_bytes(file, size)
+        except ValueError as error:
+            raise ValueError(f"{path} is not an ONNX model onnxruntime can load: {error}") from None
+        if sum(described.values()) > limits.record_bytes:
+            raise ValueError(f"{path}: its metadata and descriptions are {described} bytes, "
+                             f"{sum(described.values()):,} in all; the limit is record_bytes="
+                             f"{limits.record_bytes:,}")
+        file.seek(0)
+        data = file.read(size)
+    try:
+        return data, onnx.load_from_string(data)
+    except Exception as error:  # protobuf's DecodeError and onnx's own
+        raise ValueError(f"{path} is not an ONNX model onnxruntime can load: {error}") from None
 
 
 class ExportedPolicy:
@@ -155,29 +400,27 @@ class ExportedPolicy:
     Args:
         path: The ``.onnx`` file.
         threads: onnxruntime intra-op threads; 1 models one core of a robot computer.
-        warm_up: Run the graph once on zeros, so that the first timed call is not the one that
-            allocates.
+        warm_up: Run the graph once on zeros here too, so that the first timed call is not the
+            one that allocates.
+        limits: The bounds the file must meet before this process loads its graph: file and
+            metadata sizes, operators and constants (:func:`check_ops`), and the memory and
+            time of a trial warm-up decision in a process of its own (:func:`trial_decision`).
 
     Raises:
         FileNotFoundError: No file at ``path``.
-        ValueError: Not an ONNX model onnxruntime can load, or not one written by
-            ``scripts/export_policy.py`` (no deploy record in its metadata).
+        ValueError: Not an ONNX model onnxruntime can load, not one written by
+            ``scripts/export_policy.py`` (no deploy record in its metadata), a record or graph
+            that differ, or a file over ``limits``; naming the file, the field or node, and the
+            limit.
     """
 
-    def __init__(self, path: str | os.PathLike, threads: int = 1, warm_up: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, threads: int = 1, warm_up: bool = True,
+                 limits: DeployLimits = DeployLimits()) -> None:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no exported policy at {path}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        try:
-            self.session = ort.InferenceSession(str(path), options,
-                                                providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own pybind types for a bad file
-            raise ValueError(f"{path} is not an ONNX model onnxruntime can load: {error}") from None
-        record = self.session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+        data, model = read_model(path, limits)
+        record = {entry.key: entry.value for entry in model.metadata_props}.get(METADATA_KEY)
         if record is None:
             raise ValueError(f"{path} has no {METADATA_KEY!r} metadata: it was not written by "
                              "scripts/export_policy.py, so its task and inputs are unknown")
@@ -197,7 +440,22 @@ class ExportedPolicy:
         self.action_head: str = self.info.get("action_head", "tokens")
         self.chunk_size = self.info.get("chunk_size", 1)
         self.execute_steps = self.info.get("execute_steps", self.chunk_size)
-        check_graph(self.session, self.inputs, self.action_dim, path, self.chunk_size)
+        check_graph(model.graph, self.inputs, self.info, path)
+        check_ops(model, path, limits)
+        # Bounded in a process of its own before this one allocates anything for the graph
+        # (onnxruntime folds constants when it loads a model): every later decision allocates
+        # what this one does (GRAPH_OPS).
+        played = (self.action_dim,) if self.chunk_size == 1 else (self.chunk_size,
+                                                                     self.action_dim)
+        trial_decision(data, self.info["inputs"], played, path, limits)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        try:
+            self.session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own pybind types for a bad file
+            raise ValueError(f"{path} is not an ONNX model onnxruntime can load: {error}") from None
         self.path = path
         self.inference_seconds: list[float] = []
         if warm_up:

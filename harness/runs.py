@@ -9,6 +9,7 @@ A run directory (Hydra's output dir) holds::
     videos/              H.264 mp4 of evaluation episodes (``logger.videos``)
     summary.json         final evaluation (success_rate, its 95% Wilson interval, ...), env steps,
                          wall-clock, fps, versions, git commit
+    run.lock             while a process trains into the folder: its PID and host (:class:`RunLock`)
 
 **Checkpoint metadata** (``<name>.json`` next to ``<name>.<ext>``) is how every tool finds out what
 a checkpoint holds without loading it: ``{"format": 1, "algo", "task", "task_options", "policy",
@@ -21,9 +22,11 @@ bookkeeping and writes ``summary.json``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 PENDING = ".next"  # infix of a checkpoint pair being committed (see write_checkpoint)
+LOCK_FILE = "run.lock"
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, unreadable, corrupt or of another run."""
@@ -193,6 +198,132 @@ def move_aside(directory: Path) -> Path:
     log.warning("overwrite=true: the earlier run's files in %s were moved to %s", directory,
                 target)
     return target
+
+
+# ------------------------------------------------------------------------------------ lock
+class RunInUseError(RuntimeError):
+    """A run directory that another live process is training into (see :class:`RunLock`)."""
+
+
+class RunLock:
+    """Ownership of a run directory by one process at a time.
+
+    An advisory ``fcntl.flock`` on ``<run dir>/run.lock``, which holds the owner's PID and host.
+    The kernel drops the lock when its process dies, however it dies (``kill -9`` included), so a
+    lock file left behind by a dead run is free: the next run takes it over, logs whose it was,
+    and a resume after a kill works as before. :meth:`release` deletes the file (an ended run
+    leaves none). ``fcntl.flock`` locks an open file, so two ``RunLock`` of one folder exclude
+    each other inside one process too; the descriptor is not inherited by spawned processes
+    (rollout workers), and every job of a sweep locks its own folder.
+
+    Use it as a context manager (released on exit, also on exceptions)::
+
+        with RunLock(run_dir):
+            ...  # the only process writing into run_dir
+
+    Args:
+        directory: The run directory (created if missing: the lock is the first thing in it).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+        self.path = self.dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, before anything else is written into the directory.
+
+        Raises:
+            RunInUseError: Another live process holds it; names the folder and that process's
+                PID and host. Nothing in the directory changes.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _lock_owner(fd)
+                os.close(fd)
+                raise self._in_use(owner) from None
+            if _is_file_at(fd, self.path):
+                break
+            os.close(fd)  # its owner released (deleted) the file between our open and flock
+        previous = _lock_owner(fd)
+        if previous:
+            log.warning("run dir %s: taking over the lock of %s, which no longer holds it (it "
+                        "ended without releasing %s: killed?)", self.dir, previous, self.path)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, to_json({"pid": os.getpid(), "host": socket.gethostname(),
+                               "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        self._fd = fd
+
+    def refuse_if_held(self) -> None:
+        """Refuse a run into the directory while another process holds its lock, without taking
+        the lock (a look must not make a run that is starting find it taken): the kernel's
+        table of locks, ``/proc/locks``, is read (Linux; elsewhere this checks nothing, and
+        :meth:`acquire` still refuses).
+
+        Raises:
+            RunInUseError: As :meth:`acquire`.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return  # no lock file: no run holds the folder
+        try:
+            stat = os.fstat(fd)
+            inode = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+            try:
+                table = Path("/proc/locks").read_text().splitlines()
+            except OSError:
+                return
+            # "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"; "1: -> ..." waits
+            if any(line.split()[1:2] == ["FLOCK"] and inode in line.split() for line in table):
+                raise self._in_use(_lock_owner(fd))
+        finally:
+            os.close(fd)
+
+    def _in_use(self, owner: str) -> RunInUseError:
+        return RunInUseError(
+            f"run dir {self.dir} is in use by {owner or 'another process'} (it holds "
+            f"{self.path}); two runs into one folder would corrupt it: wait for that run to "
+            "end, or choose another hydra.run.dir")
+
+    def release(self) -> None:
+        """Delete the lock file and drop the lock (nothing when it is not held)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # while still locked: no one can take a deleted file
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def _lock_owner(fd: int) -> str:
+    """``PID <pid> on <host> (since <time>)`` from an open lock file, ``""`` when it holds none."""
+    text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    if not text:
+        return ""
+    try:
+        owner = json.loads(text)
+        return f"PID {owner['pid']} on {owner['host']} (since {owner['since']})"
+    except (ValueError, KeyError, TypeError):
+        return f"an unreadable owner record {text[:80]!r}"
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the one at ``path`` (not deleted or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 # ------------------------------------------------------------------------------------- run

@@ -5,7 +5,8 @@ Every algorithm family is a run class that meets :class:`Trainer`:
 :class:`harness.algos.sb3.run.SB3Run`
 for PPO, A2C and TRPO, :class:`harness.algos.group.run.GroupRun` for the group-relative algorithms.
 :func:`train` checks what it can before the run directory is touched (the class's
-``preflight``, and ``validate_checkpoint`` when resuming), opens the run directory, builds the
+``preflight``), takes the run directory's lock (:class:`harness.runs.RunLock`: one process
+per run directory), checks a resume (``validate_checkpoint``), opens the run directory, builds the
 start policy (group algorithms: :mod:`harness.start_policy`), builds the run object around it,
 calls its ``train()`` and writes ``summary.json`` with the provenance of the result.
 """
@@ -23,7 +24,7 @@ from harness.algos.sb3.run import SB3Run
 from harness.config import GROUP_ALGOS, SB3_ALGOS, TrainConfig
 from harness.evaluation import EvaluationResult, PolicyFn
 from harness.provenance import git_commit, machine_info, package_versions
-from harness.runs import Run
+from harness.runs import Run, RunLock
 from harness.start_policy import StartPolicy, build_start_policy
 
 log = logging.getLogger(__name__)
@@ -109,17 +110,25 @@ def train(config: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
 
     Raises:
         ValueError: Unknown algorithm (before any env starts).
+        harness.runs.RunInUseError: Another process is training into ``run_dir``
+            (:class:`harness.runs.RunLock`); raised before anything in ``run_dir`` changes.
         harness.runs.CheckpointError: See :meth:`harness.runs.Run.checkpoint_to_resume`, or a
             checkpoint the trainer cannot load; raised before anything in ``run_dir`` changes.
     """
     trainer = trainer_class(config.algo.name)
     trainer.preflight(config)  # e.g. a Ray cluster to reach: fail before any file
+    with RunLock(run_dir):  # the first thing in the run directory, held until the run ends
+        return _train_locked(trainer, config, Path(run_dir))
+
+
+def _train_locked(trainer: type[Trainer], config: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    """:func:`train` once this process holds the run directory's :class:`RunLock`."""
     resume = Run.checkpoint_to_resume(run_dir, config)
     metadata = None
     if resume is not None:  # every check before anything in the run directory changes
         checkpoint, metadata = resume
         trainer.validate_checkpoint(checkpoint, metadata)
-        finished = _finished_summary(Path(run_dir), metadata, config)
+        finished = _finished_summary(run_dir, metadata, config)
         if finished is not None:
             log.info("resume=true: the run in %s already finished its budget (%d env steps); "
                      "nothing to do (raise total_timesteps or algo.iterations to train further)",

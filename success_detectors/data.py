@@ -10,7 +10,9 @@ policies of :mod:`success_detectors.episode_policies`), split by episode and cla
     /            attrs: format, version, task, camera, image_size, policies, config (JSON),
                  mining (JSON list, one record per round of hard-negative mining; absent if none),
                  camera_mounts (JSON list, where each view's camera was mounted when the frames
-                 were rendered, ``env.unwrapped.camera_mounts``; absent in older files)
+                 were rendered, ``env.unwrapped.camera_mounts``; absent in older files),
+                 checksums ("sha256": every dataset below carries the SHA-256 of its contents
+                 as its ``sha256`` attribute; absent in older files)
     /<split>/    train, val, test; datasets with one row per frame:
         pixels      uint8 (N, H, W, 3) RGB
         label       bool  (N,)   scripted success
@@ -19,6 +21,11 @@ policies of :mod:`success_detectors.episode_policies`), split by episode and cla
         difficulty  float32 (N,) the episode's difficulty
         margin      float32 (N,) metres outside the success region (negative inside)
         policy      int8  (N,)   index into the ``policies`` attribute
+
+Readers verify each split they read against its checksums and refuse a damaged file by name
+(:class:`harness_common.checksums.ChecksumError`); a collection takes minutes to hours and mined
+rounds cannot be replayed from the file, so it is never rebuilt behind the user's back. A file
+written before checksums is accepted unchecked once and given them.
 
 **Image folders** (sim-to-real): ``image_dir/success/*.png|jpg`` and ``image_dir/failure/*``.
 Each photo counts as its own episode when splitting, so photos of one take may land in different
@@ -36,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from harness_common import checksums
 from success_detectors.base import check_names
 from success_detectors.collection import (
     NEAR_STEP,
@@ -69,6 +77,8 @@ DATA_FORMAT = "success_detectors.frames"
 DATA_VERSION = 1
 SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+REBUILD_HINT = ("delete it and collect it again (scripts/collect_detector_data.py, then "
+                "scripts/mine_hard_negatives.py for the mining rounds it recorded)")
 
 
 def write_dataset(
@@ -80,7 +90,8 @@ def write_dataset(
 
     ``mining`` lists the rounds of hard-negative mining whose frames the train split holds
     (:mod:`success_detectors.mining`); ``camera_mounts`` records where the frames' cameras were
-    mounted (:func:`camera_mounts`).
+    mounted (:func:`camera_mounts`). Every dataset carries its checksum
+    (:mod:`harness_common.checksums`).
     """
     import h5py
 
@@ -105,12 +116,15 @@ def write_dataset(
             for name in SPLITS:
                 part, group = splits[name], file.create_group(name)
                 if len(part):
-                    group.create_dataset("pixels", data=part.pixels, compression="lzf",
-                                         chunks=(min(64, len(part)), *image_shape))
+                    pixels = group.create_dataset("pixels", data=part.pixels, compression="lzf",
+                                                  chunks=(min(64, len(part)), *image_shape))
                 else:
-                    group.create_dataset("pixels", data=part.pixels)
+                    pixels = group.create_dataset("pixels", data=part.pixels)
+                checksums.stamp(pixels, part.pixels)
                 for column in COLUMNS:
-                    group.create_dataset(column, data=getattr(part, column))
+                    values = getattr(part, column)
+                    checksums.stamp(group.create_dataset(column, data=values), values)
+            checksums.mark(file)
 
     return write_atomically(path, write)
 
@@ -166,7 +180,15 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def read_split(path: str | os.PathLike, split: str) -> FrameSet:
-    """Load one split (``train``, ``val`` or ``test``) of a detector HDF5 file into memory."""
+    """Load one split (``train``, ``val`` or ``test``) of a detector HDF5 file into memory,
+    each dataset verified against its checksum (a file written before checksums is accepted
+    unchecked once and given them: :func:`harness_common.checksums.adopt_legacy`).
+
+    Raises:
+        ValueError: Not a detector dataset, no such split, a column missing or of another
+            length, or (:class:`~harness_common.checksums.ChecksumError`) a dataset that does
+            not match its checksum; the file and dataset are named.
+    """
     import h5py
 
     read_attrs(path)
@@ -179,12 +201,22 @@ def read_split(path: str | os.PathLike, split: str) -> FrameSet:
         missing = [f"{split}/{key}" for key in ("pixels", *COLUMNS) if key not in group]
         if missing:
             raise ValueError(f"{path}: the detector dataset lacks {missing}")
-        frames = FrameSet(group["pixels"][()], *(group[column][()] for column in COLUMNS))
-    lengths = {len(frames.pixels), *(len(getattr(frames, c)) for c in COLUMNS)}
-    if len(lengths) != 1:
-        raise ValueError(f"{path}: the columns of split {split!r} disagree in length "
-                         f"({sorted(lengths)})")
-    return frames
+        try:
+            arrays = {name: group[name][()] for name in ("pixels", *COLUMNS)}
+        except OSError as error:  # a chunk that no longer decompresses
+            raise ValueError(f"{path}: split {split!r} is damaged ({error}); "
+                             f"{REBUILD_HINT}") from error
+        lengths = {len(array) for array in arrays.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"{path}: the columns of split {split!r} disagree in length "
+                             f"({sorted(lengths)})")
+        checked = checksums.is_checksummed(file)
+        if checked:
+            for name, array in arrays.items():
+                checksums.verify(group[name], array, path, REBUILD_HINT)
+    if not checked:
+        checksums.adopt_legacy(path, "detector data file")
+    return FrameSet(**arrays)
 
 
 def read_dataset(path: str | os.PathLike) -> dict[str, FrameSet]:

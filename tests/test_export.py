@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import tasks
 from harness import config as harness_config
 from harness import trainers
 from harness.checkpoints import evaluate_checkpoint
-from harness.deploy import ACTION_HEADS, METADATA_KEY, ExportedPolicy, deploy
+from harness.deploy import ACTION_HEADS, METADATA_KEY, DeployLimits, ExportedPolicy, deploy
 from harness.export import WindowAveragePool, export_onnx, sample_observations
 from harness.policies import head_class, head_names, obs_to_batch, tokens_to_actions
 from harness.policies import make as make_policy
@@ -430,3 +431,244 @@ def test_a_crafted_action_head_is_refused_by_field(head_runs, tmp_path):
         else:
             assert ExportedPolicy(tmp_path / "crafted.onnx").action_head == head
     assert ACTION_HEADS == head_names()  # the deploy side's torch-free copy of the built-ins
+
+
+# --- bounds of the deploy side ----------------------------------------------------------------
+STATE_DIM = 14  # reach's state observation
+
+
+@pytest.fixture(scope="module")
+def state_record() -> dict:
+    """The deploy record of a real export (an MLP on reach's state, random weights), its inputs
+    cut to ``state`` for the crafted graphs below."""
+    env = tasks.make("reach")
+    torch.manual_seed(0)
+    policy = make_policy(MLPConfig(hidden=8), env.observation_space)
+    _, info = export_onnx(policy, {"task": "reach", "task_options": {}})
+    return {**info, "inputs": [{"name": "state", "shape": [STATE_DIM], "dtype": "float32"}]}
+
+
+def crafted_model(path: Path, record: dict | str, nodes: list, constants: dict,
+                  actions: tuple = ("batch", 4)) -> Path:
+    """A graph from ``state`` to ``actions`` built with ``onnx.helper``: ``nodes`` reading
+    ``constants`` (name -> int64 values) and ending in ``actions``; ``record`` in its
+    metadata."""
+    helper = onnx.helper
+    graph = helper.make_graph(
+        nodes, "crafted",
+        [helper.make_tensor_value_info("state", onnx.TensorProto.FLOAT, ["batch", STATE_DIM])],
+        [helper.make_tensor_value_info("actions", onnx.TensorProto.FLOAT, list(actions))],
+        initializer=[onnx.numpy_helper.from_array(np.asarray(values, np.int64), name)
+                     for name, values in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    helper.set_model_props(model, {METADATA_KEY: record if isinstance(record, str)
+                                   else json.dumps(record)})
+    onnx.save(model, path)
+    return path
+
+
+SLICE = {"zero": [0], "four": [4], "one": [1]}  # state[:, 0:4], the crafted graphs' actions
+
+
+def first_four(into: str) -> list:
+    return [onnx.helper.make_node("Slice", ["state", "zero", "four", "one"], [into])]
+
+
+def loop_body() -> onnx.GraphProto:
+    helper, tensor = onnx.helper, onnx.TensorProto
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", tensor.INT64, []),
+         helper.make_tensor_value_info("cond_in", tensor.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", tensor.BOOL, [])])
+
+
+make_node = onnx.helper.make_node
+CRAFTED = {  # name: (nodes, constants, what the refusal names)
+    "a 6.4 GB ConstantOfShape summed": (
+        [make_node("ConstantOfShape", ["huge"], ["filled"], name="fill"),
+         make_node("ReduceSum", ["filled"], ["total"], keepdims=0, name="sum"),
+         *first_four("part"), make_node("Add", ["part", "total"], ["actions"])],
+        {"huge": [40000, 40000], **SLICE},
+        r"node 'fill' \(ConstantOfShape\) makes a tensor of 1,600,000,000 elements; the limit "
+        r"is tensor_elements=16,777,216"),
+    "a Loop of 1e15 iterations": (
+        [make_node("Loop", ["trips", ""], [], body=loop_body(), name="forever"),
+         *first_four("actions")],
+        {"trips": 10**15, **SLICE},
+        r"node 'forever' \(Loop\) of domain 'ai.onnx' is not an operator the exporter emits; "
+        r"allowed: Add, ArgMax"),
+    "a size read from the observation": (
+        [*first_four("part"), make_node("Cast", ["part"], ["sizes"], to=onnx.TensorProto.INT64),
+         make_node("ConstantOfShape", ["sizes"], ["filled"], name="fill"),
+         make_node("ReduceSum", ["filled"], ["total"], keepdims=0),
+         make_node("Add", ["part", "total"], ["actions"])],
+        SLICE,
+        r"node 'fill' \(ConstantOfShape\): its input 0 \('sizes'\), which sets a size or a "
+        r"shape, is computed from observation values"),
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED)
+def test_a_graph_that_could_allocate_or_loop_without_bound_is_refused_before_it_runs(
+        state_record, tmp_path, case):
+    """Refused by its operator or its constant sizes before any process loads the graph: the
+    test allocates nothing of the sizes the graphs ask for, and the Loop never starts."""
+    nodes, constants, named = CRAFTED[case]
+    path = crafted_model(tmp_path / "crafted.onnx", state_record, nodes, constants)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=named) as error:
+        ExportedPolicy(path)
+    assert str(error.value).startswith(str(path)) and time.perf_counter() - start < 2.0
+
+
+def test_the_exported_graphs_meet_the_bounds_and_a_sane_crafted_one_plays(state_record,
+                                                                         tmp_path):
+    """The bounds refuse by what a graph does, not by who built it: a small graph of the
+    exporter's operators deploys."""
+    path = crafted_model(tmp_path / "sane.onnx", state_record, first_four("actions"), SLICE)
+    policy = ExportedPolicy(path)
+    obs = {"state": np.arange(STATE_DIM, dtype=np.float32)}
+    np.testing.assert_array_equal(policy(obs), [0, 1, 2, 3])
+
+
+def test_a_graph_whose_actions_differ_from_the_record_is_refused(state_record, tmp_path):
+    path = crafted_model(tmp_path / "wide.onnx", state_record,
+                         [onnx.helper.make_node("Slice", ["state", "zero", "five", "one"],
+                                                ["actions"])],
+                         {**SLICE, "five": [5]}, actions=("batch", 5))
+    with pytest.raises(ValueError, match=r"wide.onnx: the graph takes .* gives \{'actions': "
+                                         r"\(5,\)\}.*action_dim=4"):
+        ExportedPolicy(path)
+    named = crafted_model(tmp_path / "named.onnx", state_record,  # a side left named
+                          [onnx.helper.make_node("Slice", ["state", "zero", "five", "one"],
+                                                 ["actions"])],
+                          {**SLICE, "five": [5]}, actions=("batch", "width"))
+    with pytest.raises(ValueError, match=r"named.onnx: the warm-up decision gives actions of "
+                                         r"shape \(1, 5\).*declares \(1, 4\)"):
+        ExportedPolicy(named)
+
+
+def test_a_huge_metadata_record_is_refused_by_its_size_before_it_is_parsed(state_record,
+                                                                          tmp_path):
+    """2 MiB of record that is not even JSON: the size, read from the file's bytes, refuses it
+    first (a 200 MB record once cost 1.1 GB to load and parse)."""
+    path = crafted_model(tmp_path / "chatty.onnx", "{" + "x" * 2**21, first_four("actions"),
+                         SLICE)
+    with pytest.raises(ValueError, match=r"chatty.onnx: its metadata and descriptions are "
+                                         r"\{'metadata_props': 20971\d\d\} bytes, 2,097,1\d\d in "
+                                         r"all; the limit is record_bytes=1,048,576"):
+        ExportedPolicy(path)
+
+
+def test_the_warm_up_decision_is_bounded_in_memory_and_time(state_record, tmp_path, capsys):
+    """A size computed from the input's shape (allowed: every decision allocates the same) that
+    asks for 1.7 GB: the trial decision's process hits its address-space bound, so nothing of
+    that size is ever allocated; and a trial over its time bound is killed."""
+    nodes = [make_node("Shape", ["state"], ["shape"]),
+             make_node("Mul", ["shape", "scale"], ["sizes"]),
+             make_node("ConstantOfShape", ["sizes"], ["filled"]),
+             make_node("ReduceSum", ["filled"], ["total"], keepdims=0),
+             *first_four("part"), make_node("Add", ["part", "total"], ["actions"])]
+    path = crafted_model(tmp_path / "hungry.onnx", state_record, nodes,
+                         {**SLICE, "scale": [20000, 1500]})  # (20000, 21000) float32
+    assert deploy_app.main([f"model={path}", f"hydra.run.dir={tmp_path / 'h'}",
+                            *HYDRA_QUIET]) == 1
+    assert re.search(r"hungry.onnx: the warm-up decision on zero observations .* failed within "
+                     r"warm_up_bytes=1,073,741,824 of address space", capsys.readouterr().err)
+    sane = crafted_model(tmp_path / "sane.onnx", state_record, first_four("actions"), SLICE)
+    with pytest.raises(ValueError, match=r"sane.onnx: the warm-up decision did not finish "
+                                         r"within warm_up_seconds=0.01"):
+        ExportedPolicy(sane, limits=DeployLimits(warm_up_seconds=0.01))
+
+
+# --- format=lerobot: what overwrite=true may replace -------------------------------------------
+SMOLVLA = ["task=reach", "task.obs_mode=pixels", "task.image_size=32", "task.max_episode_steps=9",
+           "task.difficulty=0.1", "policy=smolvla", "policy.chunk_size=4",
+           "policy.execute_steps=2", "policy.flow_steps=2", "algo=grpo", "algo.iterations=1",
+           "algo.group_size=2", "algo.num_start_states=2", "algo.minibatch_size=2",
+           "eval.every_steps=0", "eval.final_episodes=2", "logger=none", "torch_threads=1"]
+
+
+@pytest.fixture(scope="module")
+def smolvla_run(tmp_path_factory) -> Path:
+    """A tiny ``policy=smolvla`` run (``tiny:smolvla``, random weights, offline), one GRPO
+    iteration."""
+    folder = tmp_path_factory.mktemp("smolvla")
+    trainers.train(harness_config.compose(SMOLVLA), folder / "run")
+    return folder / "run"
+
+
+def listing(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` with its bytes (``None`` for a folder)."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_overwrite_leaves_a_folder_the_exporter_did_not_write_as_it_was(smolvla_run, tmp_path,
+                                                                        capsys):
+    """A folder with another policy's config.json, notes and data: refused by name, nothing
+    lost (it was once deleted but for the config.json)."""
+    out = tmp_path / "out" / "mine"
+    (out / "data").mkdir(parents=True)
+    (out / "config.json").write_text('{"type": "act"}')
+    (out / "precious.txt").write_text("mine")
+    (out / "data" / "episode.bin").write_bytes(b"\x00\x01")
+    before = listing(tmp_path / "out")
+    assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
+                  "overwrite=true") == 1
+    assert f"out={out}: {out} holds no readable harness_export.json" in capsys.readouterr().err
+    assert listing(tmp_path / "out") == before
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_an_out_that_is_the_working_directory_or_above_is_refused(smolvla_run, tmp_path,
+                                                                  monkeypatch, capsys, out):
+    """Refused before anything is built, leaving no staging folder (it once failed half-way
+    with Errno 16 and left ``..old.*`` behind)."""
+    inner = tmp_path / "work" / "inner"
+    inner.mkdir(parents=True)
+    for folder in (inner, inner.parent):
+        (folder / "config.json").write_text('{"type": "smolvla"}')
+        (folder / "precious.txt").write_text("mine")
+    before = listing(tmp_path / "work")
+    monkeypatch.chdir(inner)
+    assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
+                  "overwrite=true") == 1
+    what = "the working directory" if out == "." else "a folder above the working directory"
+    assert f"out={out}: {out} is {what}" in capsys.readouterr().err
+    assert listing(tmp_path / "work") == before
+
+
+def test_overwrite_replaces_a_folder_the_exporter_wrote_and_nothing_else(smolvla_run, tmp_path,
+                                                                        capsys):
+    from harness.policies.smolvla.out_folder import MARKER_FILE
+
+    out = tmp_path / "smolvla_reach"
+    assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}") == 0
+    marker = json.loads((out / MARKER_FILE).read_text())
+    files = ["config.json", "harness_heads.safetensors", "model.safetensors", "vlm_config.json"]
+    assert marker["files"] == files and marker["format"] == "lerobot smolvla"
+    assert "export_policy.py" in marker["written_by"]
+    assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
+                  "overwrite=true") == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([*files, MARKER_FILE])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hydra", "smolvla_reach"]  # no staging
+    (out / "README.md").write_text("my notes")  # added since: the exporter did not write it
+    capsys.readouterr()
+    assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
+                  "overwrite=true") == 1
+    assert "holds ['README.md'], which its writer did not write" in capsys.readouterr().err
+    assert (out / "README.md").read_text() == "my notes"
+
+
+def test_an_onnx_out_never_replaces_a_folder_or_a_link(runs, tmp_path, capsys):
+    folder = tmp_path / "policy.onnx"
+    (folder / "keep").mkdir(parents=True)
+    link = tmp_path / "link.onnx"
+    link.symlink_to(tmp_path / "elsewhere.onnx")
+    for out in (folder, link):
+        assert export(tmp_path, f"checkpoint={runs['mlp']}", f"out={out}") == 1
+        assert f"out={out} exists and is not a regular file" in capsys.readouterr().err
+    assert (folder / "keep").is_dir() and link.is_symlink()
+    assert not (tmp_path / "elsewhere.onnx").exists()

@@ -39,6 +39,7 @@ FLOORS: dict[str, int] = {
     "harness.lerobot.*": 2,
     "harness.export": 2,
     "harness.deploy": 2,
+    "harness.deploy_trial": 2,  # run as a script by harness.deploy (numpy and onnxruntime only)
     "harness.launchers": 2,
     "harness.wandb_run": 2,
     "harness.config.*": 2,  # the schema: checks, and builds none of a run's objects

@@ -97,7 +97,7 @@ def test_config_names_bad_values():
         MLPConfig(name="transformer")
     with pytest.raises(ConfigError, match="policy.hidden=0"):
         MLPConfig(use_instruction=True, hidden=0)
-    with pytest.raises(ConfigError, match=r"policy.hidden=100000; need an int in \[1, 16384\]"):
+    with pytest.raises(ConfigError, match=r"policy.hidden=100000; need an int in \[1, 8192\]"):
         TinyVLAConfig(hidden=100_000)
     with pytest.raises(ConfigError, match="conv_channels"):
         TinyVLAConfig(conv_channels=(8, -1))

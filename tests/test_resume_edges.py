@@ -115,10 +115,10 @@ KILLED_AT_THE_FINAL_ROWS = textwrap.dedent("""
 
     real = GroupRun._test_both
 
-    def die_at_the_final_rows(self, prefix, videos=0):
+    def die_at_the_final_rows(self, prefix, *args, **kwargs):
         if prefix == "final":
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(self, prefix, videos)
+        return real(self, prefix, *args, **kwargs)
 
     GroupRun._test_both = die_at_the_final_rows
     trainers.train(config.compose(sys.argv[2:]), sys.argv[1])

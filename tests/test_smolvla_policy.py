@@ -324,6 +324,7 @@ def test_a_fine_tuned_smolvla_writes_back_as_a_lerobot_folder(lora_run, tmp_path
     from safetensors import safe_open
 
     from harness.policies.smolvla.model import SmolVLAModel
+    from harness.policies.smolvla.out_folder import MARKER_FILE
     from harness.policies.smolvla.policy import HEADS_FILE
 
     fine_tuned, _, _ = export_app.load_checkpoint_policy(str(lora_run))
@@ -333,7 +334,7 @@ def test_a_fine_tuned_smolvla_writes_back_as_a_lerobot_folder(lora_run, tmp_path
     assert export(tmp_path, f"checkpoint={lora_run}", "format=lerobot", f"out={out}") == 0
     assert "LoRA adapters merged" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["config.json", "model.safetensors", "vlm_config.json", HEADS_FILE])
+        ["config.json", "model.safetensors", "vlm_config.json", HEADS_FILE, MARKER_FILE])
     with safe_open(str(out / "model.safetensors"), "pt") as file:
         names = list(file.keys())
     assert not [n for n in names if "lora_" in n or "base_layer" in n]

@@ -16,7 +16,10 @@ checkpoint. Prints the success rate with its 95% Wilson interval, a per-difficul
 per-control-step latency (p50, p99, max) of the policy alone and of the full step (policy, then
 physics and camera) against the control period. A policy of any action head plays: the graph
 gives the greedy actions (a token policy's bin centres, a Gaussian's squashed mean, a flow's
-noiseless Euler steps from zero), and the record names the head.
+noiseless Euler steps from zero), and the record names the head. Before the first decision the
+file must meet :class:`harness.deploy.DeployLimits`: its size and its metadata's, the operators
+the exporter emits with sizes from constants and input shapes alone, bounded constants, and a
+trial warm-up decision bounded in memory and time in a process of its own (docs/export.md).
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ def deploy_policy(cfg: DictConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line) and return its exit status: 0, or 1
     after an error (a bad key or value, a key spelt the old way, a missing or foreign model
-    file, a task whose observations the model does not take)."""
+    file, one over the deploy bounds, a task whose observations the model does not take)."""
     return run_app(deploy_policy, argv, renamed=RENAMED, help_file=conf_file("deploy_policy"))
 
 

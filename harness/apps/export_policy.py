@@ -21,8 +21,13 @@ Run it with ``scripts/deploy_policy.py model=<out>`` (no torch needed); see docs
 SmolVLA checkpoint folder (``config.json``, ``model.safetensors`` in LeRobot's parameter names,
 LoRA adapters merged into the weights), with the harness's learned noise scales and value head
 beside it (:meth:`harness.policies.smolvla.policy.SmolVLAPolicy.write_lerobot_folder`;
-docs/smolvla.md). The folder is built under a temporary name and renamed into place; an existing
-``out`` is replaced only with ``overwrite=true``, and only when it is a checkpoint folder.
+docs/smolvla.md). The folder is built under a temporary name and renamed into place, with
+``harness_export.json`` in it, the exporter's marker (writer, format, date, files). An existing
+``out`` is replaced only with ``overwrite=true``, and only when it is a folder the exporter wrote
+(its marker, and no file the marker does not list); any other folder is refused and left as it
+is (:mod:`harness.policies.smolvla.out_folder`), and so is an ``out`` that is the working
+directory or a folder above it (``out=.``, ``out=..``), before anything is built. The ONNX
+``out`` replaces only a regular file, never a folder, a link or a device.
 """
 
 from __future__ import annotations
@@ -115,14 +120,24 @@ def export_lerobot(args: ExportConfig) -> None:
     policy."""
     from harness.policies.smolvla.architecture import CONFIG_FILE
     from harness.policies.smolvla.folder import HEADS_FILE
+    from harness.policies.smolvla.out_folder import check_out_folder, check_replaceable
     from harness.runs import CheckpointError
 
     out = Path(args.out)
+    try:
+        check_out_folder(out)
+    except ValueError as error:
+        fail(f"out={args.out}: {error}")
     if out.exists() and not args.overwrite:
         fail(f"out={args.out} exists; pass overwrite=true to replace it")
     if out.exists() and not (out / CONFIG_FILE).is_file():
         fail(f"out={args.out} exists and is not a checkpoint folder (it holds no {CONFIG_FILE}); "
              "overwrite=true replaces checkpoint folders only")
+    if out.exists():
+        try:
+            check_replaceable(out)
+        except FileExistsError as error:
+            fail(f"out={args.out}: {error}")
     try:
         policy, path, metadata = load_checkpoint_policy(args.checkpoint, args.reference)
     except (CheckpointError, ValueError, TypeError) as error:
@@ -133,7 +148,7 @@ def export_lerobot(args: ExportConfig) -> None:
              "tiny_vla)")
     try:
         policy.save_pretrained(out, overwrite=args.overwrite)
-    except FileExistsError as error:
+    except (FileExistsError, ValueError) as error:
         fail(str(error))
     which = "start (reference)" if args.reference else "fine-tuned"
     merged = ", LoRA adapters merged" if policy.config.lora_rank > 0 else ""
@@ -162,6 +177,10 @@ def export_policy(cfg: DictConfig) -> None:
     if args.format == "lerobot":
         export_lerobot(args)
         return
+    out = Path(args.out)
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        fail(f"out={args.out} exists and is not a regular file (a folder, a link or a device); "
+             "format=onnx writes one file and replaces only a file")
     try:
         policy, path, metadata = load_checkpoint_policy(args.checkpoint, args.reference)
         task, options = metadata["task"], metadata["task_options"]

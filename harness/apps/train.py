@@ -1,7 +1,10 @@
 """Train a policy on a task: ``harness-train task=reach algo=ppo`` (or ``python scripts/train.py``).
 
 Hydra composes ``conf/train.yaml``; the run directory is Hydra's output dir. ``resume=true`` with
-``hydra.run.dir=<run dir>`` continues a killed run from its latest checkpoint. See docs/training.md.
+``hydra.run.dir=<run dir>`` continues a killed run from its latest checkpoint. One process trains
+into a run directory at a time (:class:`harness.runs.RunLock`): a second run into a named
+``hydra.run.dir`` that another holds is refused before Hydra writes its ``.hydra/`` there. See
+docs/training.md.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from omegaconf import DictConfig
 
 from harness import config as harness_config
 from harness.apps import conf_file
-from harness_common.cli import run_app
+from harness_common.cli import UNGUARDED_FLAGS, override_value, run_app
 
 harness_config.register_configs()
 
@@ -39,6 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     except harness_config.ConfigError as error:
         print(f"train: {error}", file=sys.stderr)
         return 1
+    run_dir = override_value(args, "hydra.run.dir")
+    if run_dir is not None and not any(flag in args for flag in UNGUARDED_FLAGS):
+        from harness.runs import RunInUseError, RunLock
+
+        try:  # trainers.train takes the lock; this spares a running run Hydra's .hydra/ files
+            RunLock(run_dir).refuse_if_held()
+        except RunInUseError as error:
+            print(f"train: {error}", file=sys.stderr)
+            return 1
     return run_app(app, args, moved=harness_config.MOVED, help_file=conf_file("train"))
 
 

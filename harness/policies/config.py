@@ -10,6 +10,8 @@ head's class import it when the config is loaded.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,8 +21,12 @@ from harness.config.errors import ConfigError, check
 
 FAMILIES: tuple[str, ...] = ("group", "sb3")
 MAX_CHUNK = 256  # actions per decision
-MAX_WIDTH = 16_384  # a hidden layer or embedding of these policies
-MAX_ACTION_DIM = 64
+MAX_WIDTH = 8192  # a hidden layer, embedding or feature vector of these policies
+MAX_ACTION_DIM = 64  # as harness.deploy
+# Sizes that one option alone does not bound. A decision's logits or record are kept per sample
+# in the rollout; no linear layer holds more than 1 GiB of float32 weights.
+MAX_DECISION_VALUES = 65_536
+MAX_LAYER = 2**28
 
 
 def positive(key: str, value: Any, top: int) -> None:
@@ -31,6 +37,22 @@ def positive(key: str, value: Any, top: int) -> None:
     """
     check(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top,
           f"{key}={value!r}; need an int in [1, {top}]")
+
+
+def check_product(what: str, factors: Sequence[tuple[str, int]], top: int) -> None:
+    """Refuse sizes whose product exceeds ``top``, naming each one (each already an int >= 1).
+
+    Args:
+        what: What the product counts (``"logits per decision"``).
+        factors: ``(key, size)`` pairs, a key twice for a square.
+        top: The largest product allowed.
+
+    Raises:
+        ConfigError: Naming every factor, the product and ``top``.
+    """
+    product = math.prod(size for _, size in factors)
+    check(product <= top, " x ".join(f"{key}={size}" for key, size in factors)
+          + f" = {product:,} {what}; need at most {top:,}")
 
 
 @dataclass
@@ -118,7 +140,7 @@ class ChunkFields:
             step).
         execute_steps: ``k`` in ``[1, chunk_size]``, actions of each chunk played before the
             next decision; ``null`` plays the whole chunk (:mod:`harness.policies.chunks`).
-        action_dim: ``A``, dimensions of one action (the tasks' 4).
+        action_dim: ``A`` in ``[1, 64]``, dimensions of one action (the tasks' 4).
     """
 
     chunk_size: int = 1
@@ -188,8 +210,9 @@ class HeadPolicyFields(ChunkFields):
     """The fields of the harness's own networks with an action head (``mlp``, ``tiny_vla``).
 
     Attributes:
-        hidden: Width of the fused feature and the MLP layers.
-        embed_dim: Width of the instruction embedding (and ``tiny_vla``'s proprio encoder).
+        hidden: Width of the fused feature and the MLP layers, in ``[1, 8192]``.
+        embed_dim: Width of the instruction embedding (and ``tiny_vla``'s proprio encoder), in
+            ``[1, 8192]``.
         head: The action head and its options (``policy/head=tokens|gaussian|flow``, or a
             plugin's; ``harness.policies.heads``).
     """
@@ -199,11 +222,23 @@ class HeadPolicyFields(ChunkFields):
     head: Any = field(default_factory=tokens_head)
 
     def check_head_fields(self) -> None:
-        """Check the chunk, the widths and the head (filling in its defaults)."""
+        """Check the chunk, the widths and the head (filling in its defaults), and the sizes of
+        the built-in heads that grow with the chunk: ``tokens``' logits (and the layer on the
+        ``hidden`` feature that writes them), ``flow``'s record (its chain's steps)."""
         self.check_chunk()
         positive("policy.hidden", self.hidden, MAX_WIDTH)
         positive("policy.embed_dim", self.embed_dim, MAX_WIDTH)
         self.head = check_head(self.head)
+        entries = [("policy.chunk_size", self.chunk_size), ("policy.action_dim", self.action_dim)]
+        if self.head_name == "tokens":
+            bins = ("policy.head.num_bins", self.head["num_bins"])
+            check_product("logits per decision", [*entries, bins], MAX_DECISION_VALUES)
+            check_product("weights in the tokens head's layer",
+                          [("policy.hidden", self.hidden), *entries, bins], MAX_LAYER)
+        elif self.head_name == "flow":
+            check_product("denoising values in each decision's record",
+                          [*entries, ("policy.head.steps", self.head["steps"])],
+                          MAX_DECISION_VALUES)
 
     @classmethod
     def format1_values(cls, saved: dict[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from harness.policies.heads.base import (
 NOISE_KINDS: tuple[str, ...] = ("learned", "network")
 TIME_FREQUENCIES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 MAX_STEPS = 100  # denoising steps (pi0 and SmolVLA use 10)
-MAX_HIDDEN = 16384
+MAX_HIDDEN = 8192  # as policy.hidden (harness.policies.config.MAX_WIDTH)
 
 # The drift ``d_k(x_k)`` and the noise scale ``sigma_k(x_k)`` of step ``k`` at temperature 1.
 Drift = Callable[[torch.Tensor, int], torch.Tensor]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config.errors import ConfigError, check
-from harness.policies.config import PolicyConfig
+from harness.policies.config import MAX_ACTION_DIM, PolicyConfig, positive
 from harness.policies.registry import register_policy
 
 PROPRIO_INPUTS: tuple[str, ...] = ("projection", "none")
@@ -39,7 +39,8 @@ class LoRAConfig:
     full_bc: bool = False
 
     def __post_init__(self) -> None:
-        check(1 <= self.rank <= MAX_LORA_RANK and self.alpha > 0 and 0.0 <= self.dropout < 1.0
+        check(isinstance(self.rank, int) and not isinstance(self.rank, bool)
+              and 1 <= self.rank <= MAX_LORA_RANK and self.alpha > 0 and 0.0 <= self.dropout < 1.0
               and len(self.target_modules) > 0,
               f"policy.lora: rank={self.rank}, alpha={self.alpha}, dropout={self.dropout}, "
               f"target_modules={list(self.target_modules)}; need rank in [1, {MAX_LORA_RANK}], "
@@ -60,7 +61,7 @@ class HFVLAConfig(PolicyConfig):
         dtype: ``float32`` or ``bfloat16``.
         gradient_checkpointing: Recompute activations in the backward pass.
         proprio: ``projection`` (one prefix embedding projected from ``proprio``) or ``none``.
-        action_dim: Dimensions of one action, one token each.
+        action_dim: Dimensions of one action, one token each, in ``[1, 64]``.
     """
 
     reads = "pixels"
@@ -83,6 +84,7 @@ class HFVLAConfig(PolicyConfig):
             self.lora = LoRAConfig(**self.lora)
         check(isinstance(self.num_bins, int) and 2 <= self.num_bins <= MAX_BINS,
               f"policy.num_bins={self.num_bins}; need an int in [2, {MAX_BINS}]")
+        positive("policy.action_dim", self.action_dim, MAX_ACTION_DIM)
         check(self.proprio in PROPRIO_INPUTS,
               f"policy.proprio={self.proprio!r}; choose one of {PROPRIO_INPUTS}")
         if Path(self.model).is_dir():  # the same folder from any working directory

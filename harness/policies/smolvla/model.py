@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from harness.policies.smolvla.architecture import SmolVLAConfig, tiny_config
+from harness.policies.smolvla.architecture import MAX_PARAMETERS, SmolVLAConfig, tiny_config
 from harness.policies.smolvla.folder import match_state, read_checkpoint, write_checkpoint
 from harness.policies.smolvla.layers import KeyValues, VLMWithExpert
 
@@ -110,11 +110,12 @@ class SmolVLAModel(nn.Module):
     @classmethod
     def from_folder(cls, folder: str | os.PathLike,
                     vlm_config: dict[str, Any] | str | os.PathLike | None = None,
-                    patch_positions: str = "exact") -> SmolVLAModel:
+                    patch_positions: str = "exact",
+                    max_parameters: int = MAX_PARAMETERS) -> SmolVLAModel:
         """Load a LeRobot SmolVLA checkpoint folder (``config.json`` + ``model.safetensors``).
 
-        Nothing is downloaded and no code from the folder runs; see
-        :mod:`harness.policies.smolvla.folder` for what is checked.
+        Nothing is downloaded and no code from the folder runs; the folder is checked whole
+        before the network is built (see :mod:`harness.policies.smolvla.folder`).
 
         Args:
             folder: The checkpoint folder.
@@ -123,6 +124,7 @@ class SmolVLAModel(nn.Module):
             patch_positions: The vision tower's patch-position rule, ``"exact"`` (transformers
                 5, LeRobot 0.6) or ``"shifted"`` (transformers 4.57, LeRobot 0.4.4); see
                 :class:`~harness.policies.smolvla.architecture.SmolVLAConfig`.
+            max_parameters: The largest network accepted, in parameters.
 
         Returns:
             The network in eval mode, on the CPU, float32.
@@ -130,7 +132,8 @@ class SmolVLAModel(nn.Module):
         Raises:
             CheckpointError: The folder is not a SmolVLA checkpoint (naming it and why).
         """
-        config, tensors = read_checkpoint(folder, vlm_config, patch_positions)
+        config, tensors = read_checkpoint(folder, cls, vlm_config, patch_positions,
+                                          max_parameters)
         model = cls(config)
         state = match_state(model, tensors, str(Path(folder) / "model.safetensors"))
         model.load_state_dict(state, strict=True)

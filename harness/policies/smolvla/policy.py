@@ -169,7 +169,7 @@ class SmolVLAPolicy(nn.Module):
     @property
     def feature_dim(self) -> int:
         """Width of :meth:`features`: the backbone's."""
-        return int(self.smolvla.config.vlm["text_config"]["hidden_size"])
+        return self.smolvla.config.width
 
     @property
     def spec(self) -> PolicySpec:
@@ -207,14 +207,18 @@ class SmolVLAPolicy(nn.Module):
         """Write the network as a LeRobot SmolVLA checkpoint folder (:meth:`lerobot_network`;
         weights in the dtype they train in), with the noise scales and the value head beside
         it in ``HEADS_FILE``, which LeRobot ignores and ``policy.model=<folder>`` reads back.
-        The folder is built under a temporary name and renamed into place.
+        The folder is built under a temporary name and renamed into place, with the marker of
+        a folder this wrote (:mod:`harness.policies.smolvla.out_folder`): ``overwrite``
+        replaces only such a folder, and refuses any other untouched.
 
         Raises:
-            FileExistsError: ``folder`` exists and ``overwrite`` is false.
+            ValueError: ``folder`` is the working directory or a folder above it.
+            FileExistsError: ``folder`` exists and ``overwrite`` is false, or it is not a
+                folder this wrote (no marker, or files the marker does not list).
         """
         network = self.lerobot_network()
         return write_checkpoint(folder, network.config, network, overwrite=overwrite,
-                                extra={HEADS_FILE: self.heads_state()})
+                                extra={HEADS_FILE: self.heads_state()}, marked=True)
 
     # --- inputs -------------------------------------------------------------------------------
 
