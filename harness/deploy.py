@@ -169,6 +169,10 @@ def check_record(info: dict[str, Any], path: Path) -> None:
         refuse("evaluation", evaluation, "an object with seed and difficulties")
     if "seed" in evaluation and not integer(evaluation["seed"], 0, 2**63 - 1):
         refuse("evaluation.seed", evaluation["seed"], "an integer >= 0")
+    horizon = evaluation.get("max_episode_steps")
+    if horizon is not None and not integer(horizon, 1, MAX_EPISODE_STEPS):
+        refuse("evaluation.max_episode_steps", horizon,
+               f"an integer in [1, {MAX_EPISODE_STEPS}], or null")
     difficulties = evaluation.get("difficulties")
     if difficulties is not None and not (isinstance(difficulties, list) and difficulties and all(
             isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1
@@ -592,7 +596,12 @@ def deploy(
         decided_at.append(len(env.step_seconds))
         return policy(obs)
 
-    result = evaluate(decide, lambda: env, episodes, list(difficulties), seed)
+    # The run's evaluation horizon (eval.max_episode_steps), as scripts/evaluate.py plays it,
+    # unless the caller sets the env's own.
+    max_episode_steps = (None if "max_episode_steps" in (task_options or {})
+                         else evaluation.get("max_episode_steps"))
+    result = evaluate(decide, lambda: env, episodes, list(difficulties), seed, 0,
+                      max_episode_steps)
     inference = list(policy.inference_seconds)
     step_s = list(env.step_seconds)
     for step, seconds in zip(decided_at, inference, strict=True):

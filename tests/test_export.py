@@ -183,6 +183,24 @@ def test_deployment_plays_the_episodes_evaluate_plays(runs):
     assert 0 < summary["inference_ms"]["p50"] <= summary["inference_ms"]["p99"]
 
 
+def test_deployment_plays_the_runs_evaluation_horizon(tmp_path):
+    """A run trained on 6-step attempts and evaluated on 14-step episodes (as the main job trains
+    on 60 and evaluates on the task's 100): deploying its export plays the 14-step episodes
+    ``scripts/evaluate.py`` plays, and an explicit ``max_episode_steps`` still wins."""
+    trainers.train(harness_config.compose([*TINY, *POLICIES["mlp"], "task.max_episode_steps=6",
+                                           "eval.max_episode_steps=14"]), tmp_path / "run")
+    assert export(tmp_path, f"checkpoint={tmp_path / 'run'}", f"out={tmp_path / 'run.onnx'}") == 0
+    expected, _ = evaluate_checkpoint(tmp_path / "run", episodes=3)
+    exported = ExportedPolicy(tmp_path / "run.onnx")
+    assert exported.info["evaluation"]["max_episode_steps"] == 14
+    result = deploy(exported, episodes=3)
+    assert [(e.seed, e.success, e.length) for e in result.evaluation.episodes] == [
+        (e.seed, e.success, e.length) for e in expected.episodes]
+    assert max(e.length for e in expected.episodes) > 6
+    short = deploy(exported, episodes=3, task_options={"max_episode_steps": 6})
+    assert max(e.length for e in short.evaluation.episodes) <= 6
+
+
 def test_the_deploy_script_never_imports_torch(runs, tmp_path):
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "scripts/deploy_policy.py",
