@@ -623,20 +623,24 @@ def listing(folder: Path) -> dict[str, bytes | None]:
             for p in sorted(folder.rglob("*"))}
 
 
-def test_overwrite_leaves_a_folder_the_exporter_did_not_write_as_it_was(smolvla_run, tmp_path,
-                                                                        capsys):
-    """A folder with another policy's config.json, notes and data: refused by name, nothing
-    lost (it was once deleted but for the config.json)."""
+def test_overwrite_moves_a_folder_the_exporter_did_not_write_aside_whole(smolvla_run, tmp_path,
+                                                                         capsys):
+    """A folder with another policy's config.json, notes and data: moved aside whole, as
+    training moves a run's earlier files, and said so; nothing lost (it was once deleted but
+    for the config.json)."""
     out = tmp_path / "out" / "mine"
     (out / "data").mkdir(parents=True)
     (out / "config.json").write_text('{"type": "act"}')
     (out / "precious.txt").write_text("mine")
     (out / "data" / "episode.bin").write_bytes(b"\x00\x01")
-    before = listing(tmp_path / "out")
+    before = listing(out)
     assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
-                  "overwrite=true") == 1
-    assert f"out={out}: {out} holds no readable harness_export.json" in capsys.readouterr().err
-    assert listing(tmp_path / "out") == before
+                  "overwrite=true") == 0
+    printed = capsys.readouterr().out
+    (aside,) = [p for p in (tmp_path / "out").iterdir() if p.name.startswith("mine.replaced-")]
+    assert f"moved it aside whole to {aside}" in printed
+    assert listing(aside) == before
+    assert (out / "harness_export.json").is_file()
 
 
 @pytest.mark.parametrize("out", [".", ".."])
@@ -675,9 +679,11 @@ def test_overwrite_replaces_a_folder_the_exporter_wrote_and_nothing_else(smolvla
     (out / "README.md").write_text("my notes")  # added since: the exporter did not write it
     capsys.readouterr()
     assert export(tmp_path, f"checkpoint={smolvla_run}", "format=lerobot", f"out={out}",
-                  "overwrite=true") == 1
-    assert "holds ['README.md'], which its writer did not write" in capsys.readouterr().err
-    assert (out / "README.md").read_text() == "my notes"
+                  "overwrite=true") == 0
+    assert "holds ['README.md'], which its writer did not write" in capsys.readouterr().out
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("smolvla_reach.replaced-")]
+    assert (aside / "README.md").read_text() == "my notes"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*files, MARKER_FILE])
 
 
 def test_an_onnx_out_never_replaces_a_folder_or_a_link(runs, tmp_path, capsys):

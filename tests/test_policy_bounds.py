@@ -45,6 +45,12 @@ REFUSED = [
      "policy.hidden=8192 x policy.chunk_size=16 x policy.action_dim=4 x "
      "policy.head.num_bins=1024 = 536,870,912 weights in the tokens head's layer; need at most "
      "268,435,456"),
+    (("task=reach", "algo=ppo", "policy=mlp", f"policy.net_arch=[64,{HUGE}]"),
+     f"policy.net_arch=[64, {HUGE}]; need at most 8 sizes, each an int in [1, 8192]"),
+    (("task=reach", "algo=ppo", "policy=mlp", "policy.net_arch=[8,8,8,8,8,8,8,8,8]"),
+     "policy.net_arch=[8, 8, 8, 8, 8, 8, 8, 8, 8]; need at most 8 sizes"),
+    (("task=reach", "algo=ppo", "task.obs_mode=pixels", "policy=cnn",
+      f"policy.features_dim={HUGE}"), f"policy.features_dim={HUGE}; need an int in [1, 8192]"),
     ((*FLOW, f"policy.head.steps={HUGE}"), f"steps={HUGE}; need an int in [1, 100]"),
     ((*FLOW, f"policy.head.hidden={HUGE}"), f"hidden={HUGE}; need an int in [1, 8192]"),
     ((*FLOW, "policy.head.hidden=16384"), "hidden=16384; need an int in [1, 8192]"),

@@ -24,9 +24,11 @@ beside it (:meth:`harness.policies.smolvla.policy.SmolVLAPolicy.write_lerobot_fo
 docs/smolvla.md). The folder is built under a temporary name and renamed into place, with
 ``harness_export.json`` in it, the exporter's marker (writer, format, date, files). An existing
 ``out`` is replaced only with ``overwrite=true``, and only when it is a folder the exporter wrote
-(its marker, and no file the marker does not list); any other folder is refused and left as it
-is (:mod:`harness.policies.smolvla.out_folder`), and so is an ``out`` that is the working
-directory or a folder above it (``out=.``, ``out=..``), before anything is built. The ONNX
+(its marker, and no file the marker does not list); any other checkpoint folder is moved aside
+whole to ``<out>.replaced-<UTC time>`` (:func:`move_folder_aside`), a folder without
+``config.json`` is refused, and so is an ``out`` that is the working directory or a folder above
+it (``out=.``, ``out=..``), before anything is built
+(:mod:`harness.policies.smolvla.out_folder`). The ONNX
 ``out`` replaces only a regular file, never a folder, a link or a device.
 """
 
@@ -114,6 +116,21 @@ def load_checkpoint_policy(checkpoint: str, reference: bool = False
     return policy.eval(), path, metadata
 
 
+def move_folder_aside(folder: Path) -> Path:
+    """Rename ``folder`` to ``<name>.replaced-<UTC time>`` beside it (as training moves a run's
+    earlier files to ``replaced/``) and return the new path; nothing in it is deleted."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    aside = folder.with_name(f"{folder.name}.replaced-{stamp}")
+    count = 1
+    while aside.exists():
+        aside = folder.with_name(f"{folder.name}.replaced-{stamp}-{count}")
+        count += 1
+    folder.rename(aside)
+    return aside
+
+
 def export_lerobot(args: ExportConfig) -> None:
     """Write the SmolVLA policy of ``args.checkpoint`` to the folder ``args.out`` in LeRobot's
     checkpoint layout, refusing an existing ``out`` without ``overwrite`` and any other
@@ -133,11 +150,12 @@ def export_lerobot(args: ExportConfig) -> None:
     if out.exists() and not (out / CONFIG_FILE).is_file():
         fail(f"out={args.out} exists and is not a checkpoint folder (it holds no {CONFIG_FILE}); "
              "overwrite=true replaces checkpoint folders only")
+    foreign = None  # a checkpoint folder the exporter did not write: moved aside, not replaced
     if out.exists():
         try:
             check_replaceable(out)
         except FileExistsError as error:
-            fail(f"out={args.out}: {error}")
+            foreign = str(error)
     try:
         policy, path, metadata = load_checkpoint_policy(args.checkpoint, args.reference)
     except (CheckpointError, ValueError, TypeError) as error:
@@ -146,6 +164,10 @@ def export_lerobot(args: ExportConfig) -> None:
         fail(f"checkpoint {path} holds a policy={policy.spec.kind!r}; format=lerobot writes "
              "policies in LeRobot's layout only (policy=smolvla; format=onnx exports mlp and "
              "tiny_vla)")
+    if foreign is not None:
+        aside = move_folder_aside(out)
+        print(f"out={args.out} holds files the exporter did not write ({foreign.split('; ')[0]}); "
+              f"moved it aside whole to {aside}")
     try:
         policy.save_pretrained(out, overwrite=args.overwrite)
     except (FileExistsError, ValueError) as error:

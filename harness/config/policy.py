@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.config.errors import check
-from harness.policies.config import PolicyConfig
+from harness.policies.config import MAX_WIDTH, PolicyConfig, positive
 from harness.policies.registry import policy_entry, policy_kinds, register_policy
 
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu")
+MAX_LAYERS = 8  # hidden layers of SB3's MLPs
 
 
 @dataclass
@@ -32,11 +33,15 @@ class SB3PolicyFields:
     log_std_init: float = 0.0
 
     def check_sb3_fields(self) -> None:
-        """Raises: ConfigError: An unknown activation or a layer size below 1."""
+        """Raises: ConfigError: An unknown activation, more than 8 layers, or a layer size
+        outside ``[1, 8192]``."""
         check(self.activation in ACTIVATIONS,
               f"policy.activation={self.activation!r}; choose one of {ACTIVATIONS}")
-        check(all(int(n) >= 1 for n in self.net_arch),
-              f"policy.net_arch={list(self.net_arch)}; sizes must be >= 1")
+        check(len(self.net_arch) <= MAX_LAYERS and all(
+            isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_WIDTH
+            for n in self.net_arch),
+              f"policy.net_arch={list(self.net_arch)}; need at most {MAX_LAYERS} sizes, each an "
+              f"int in [1, {MAX_WIDTH}]")
 
 
 @dataclass
@@ -56,7 +61,7 @@ class CNNPolicyConfig(SB3PolicyFields, PolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check_sb3_fields()
-        check(self.features_dim >= 1, f"policy.features_dim={self.features_dim}; must be >= 1")
+        positive("policy.features_dim", self.features_dim, MAX_WIDTH)
 
 
 register_policy("cnn", CNNPolicyConfig, build=None)
