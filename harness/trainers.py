@@ -145,7 +145,7 @@ def _train_locked(trainer: type[Trainer], config: TrainConfig, run_dir: Path) ->
         summary = {
             "algo": config.algo.name,
             "task": config.task.name,
-            "task_version": tasks.TASKS[config.task.name].version,
+            "task_version": tasks.task_version(config.task.name, config.task.suite),
             "seed": config.seed,
             **result,
             "env_steps": env_steps,

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the harness needs on a Debian machine: the system libraries for headless
 # rendering (EGL, OSMesa), a virtual environment, the CPU build of PyTorch, then the project.
-# Usage: scripts/setup.sh [VENV_DIR]   (default .venv). Safe to run again.
+# Usage: scripts/setup.sh [VENV_DIR [EXTRAS]]   (default .venv dev). Safe to run again.
+#   scripts/setup.sh .venv-suites suites   the suites' environment (make suites): MuJoCo 3.3.x,
+#                                          Meta-World and robosuite, the harness and pytest
 set -euo pipefail
 venv=${1:-.venv}
+extras=${2:-dev}
 
 missing=()
 for lib in libEGL.so.1 libOSMesa.so libGL.so.1; do
@@ -32,5 +35,5 @@ PY
 "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 # The CPU build first: a bare `torch` requirement on an empty venv would pull a multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-"$venv/bin/python" -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+"$venv/bin/python" -m pip install -q -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true
 "$venv/bin/python" -c "import tasks, torch, mujoco; print('torch', torch.__version__, '| mujoco', mujoco.__version__, '| MUJOCO_GL', __import__('os').environ['MUJOCO_GL'])"

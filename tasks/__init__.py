@@ -59,18 +59,35 @@ def make(name: str, render_mode: str | None = None, **options) -> ManipulationEn
     every other attribute through to it and keep ``snapshot``/``restore`` exact).
 
     Args:
-        name: One of :data:`TASKS`.
+        name: One of :data:`TASKS`, or a suite's task as ``"<suite>/<task>"``
+            (:mod:`tasks.suites`, e.g. ``"metaworld/push-v3"``).
         render_mode: ``None`` or ``"rgb_array"``.
-        **options: Fields of :class:`tasks.base.TaskConfig`.
+        **options: Fields of :class:`tasks.base.TaskConfig`; ``suite="metaworld"`` makes
+            ``name`` that suite's task.
 
     Raises:
         ValueError: Unknown task name or option, or an invalid option value.
     """
+    suite = options.pop("suite", "") or ""
+    if suite or "/" in name:  # another suite's task: tasks.suites
+        from tasks import suites
+
+        if not suite:
+            suite, name = suites.split_name(name)
+        return suites.make(suite, name, render_mode=render_mode, **options)
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)} (or a suite's "
+                         "task, e.g. 'metaworld/push-v3')")
     config = TaskConfig.from_options(name, options)
     return wrap(ManipulationEnv(TASKS[name](), config, render_mode=render_mode),
                 config.imperfections)
+
+
+def task_version(name: str, suite: str = "") -> int:
+    """The task's :attr:`tasks.task.Task.version` (a suite's task: 1)."""
+    if suite or "/" in name:
+        return 1
+    return TASKS[name].version
 
 
 def _log_mujoco_warning(message: str) -> None:
@@ -92,5 +109,5 @@ __all__ = [
     "GYM_IDS", "TASKS", "ImperfectionConfig", "ManipulationEnv", "RandomizationConfig",
     "ScriptedExpert", "Snapshot",
     "load_snapshot", "save_snapshot", "snapshot_from_bytes", "snapshot_to_bytes",
-    "Task", "TaskConfig", "make",
+    "Task", "TaskConfig", "make", "task_version",
 ]

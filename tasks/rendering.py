@@ -71,7 +71,10 @@ class _GLContexts(threading.local):
 
     def get(self):
         if self.context is None or self.pid != os.getpid():  # a forked child makes its own
-            from mujoco.rendering.classic import gl_context
+            try:
+                from mujoco.rendering.classic import gl_context
+            except ImportError:  # MuJoCo 3.3.x, which our range allows (the suites' venv)
+                from mujoco import gl_context
 
             self.context, self.pid = gl_context.GLContext(_GL_SIZE, _GL_SIZE), os.getpid()
             # after the backend's own exit handler (registered with its first context), so
@@ -125,6 +128,15 @@ def _free_renderers() -> None:
         try:
             renderer.close()
         except Exception:  # a context current in another thread: the process ends anyway
+            pass
+    # and this thread's GL context, while the backend's display is still up (else MuJoCo
+    # 3.3's EGL context, freed at interpreter teardown, prints a TypeError)
+    context = _GL.context
+    if context is not None and _GL.pid == os.getpid():
+        _GL.context = None
+        try:
+            context.free()
+        except Exception:
             pass
 
 

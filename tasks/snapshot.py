@@ -73,7 +73,8 @@ def get_physics_state(model: mujoco.MjModel, data: mujoco.MjData) -> bytes:
 
 def set_physics_state(model: mujoco.MjModel, data: mujoco.MjData, physics: bytes) -> None:
     """Restore an integration state bit-exactly, derived quantities included."""
-    state = np.frombuffer(physics, dtype=np.float64)
+    # a writable copy: MuJoCo 3.3's binding refuses the read-only view of the bytes
+    state = np.frombuffer(physics, dtype=np.float64).copy()
     expected = mujoco.mj_stateSize(model, STATE_SPEC)
     if state.size != expected:
         raise ValueError(f"physics state has {state.size} numbers; this model needs {expected}")

@@ -22,7 +22,9 @@ class TaskOptions:
     """The ``task`` group: which task, and the options of ``tasks.make`` (see ``tasks.TaskConfig``).
 
     Attributes:
-        name: One of ``tasks.TASKS``.
+        name: One of ``tasks.TASKS``, or with ``suite`` one of that suite's tasks.
+        suite: Empty for our own tasks, or a suite of ``tasks.suites.SUITES``
+            (``task=metaworld``: Meta-World v3, in the ``make suites`` environment).
         obs_mode: ``state``, ``pixels`` or ``pixels_state``.
         camera: Camera of pixel observations.
         image_size: Side of the square pixel observation.
@@ -40,6 +42,7 @@ class TaskOptions:
     """
 
     name: str = "reach"
+    suite: str = ""
     obs_mode: str = "state"
     camera: str = "front"
     image_size: int = 84
@@ -53,6 +56,15 @@ class TaskOptions:
     imperfections: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.suite:
+            from tasks import suites
+
+            try:
+                suites.check_task(self.suite, self.name)
+                tasks.TaskConfig.from_options(self.name, self.env_options())
+            except ValueError as error:
+                raise ConfigError(f"task: {error}") from None
+            return
         check(self.name in tasks.TASKS,
               f"task.name={self.name!r} is unknown; choose one of {sorted(tasks.TASKS)}")
         try:
@@ -68,6 +80,8 @@ class TaskOptions:
         """Keyword options for ``tasks.make(self.name, **options)``."""
         options = dataclasses.asdict(self)
         del options["name"]
+        if not options["suite"]:  # our own tasks' options stay as they were
+            del options["suite"]
         if options["max_episode_steps"] is None:
             del options["max_episode_steps"]
         return options

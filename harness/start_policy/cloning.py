@@ -242,8 +242,11 @@ def demo_file(
     config = tasks.TaskConfig.from_options(task, {**task_options,
                                                   "difficulty": float(difficulty)})
     fields = dataclasses.asdict(config)
-    if tasks.TASKS[task].version > 1:  # version 1 tasks keep the names of their older caches
-        fields["task_version"] = tasks.TASKS[task].version
+    version = tasks.task_version(task, task_options.get("suite", ""))
+    if version > 1:  # version 1 tasks keep the names of their older caches
+        fields["task_version"] = version
+    if task_options.get("suite"):
+        fields["suite"] = task_options["suite"]
     canonical = json.dumps(fields, sort_keys=True)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
     readable = [f"{key}{task_options[key]}" for key in sorted(NAMED_DEMO_OPTIONS)
