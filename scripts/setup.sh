@@ -36,4 +36,11 @@ PY
 # The CPU build first: a bare `torch` requirement on an empty venv would pull a multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 "$venv/bin/python" -m pip install -q -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true
+if [ "$extras" = suites ]; then
+  # robosuite pins mink 0.0.5 (whole-body IK for humanoids, unused here), which asks for
+  # numpy < 2, so the resolver settles on numpy 1.26, which pyarrow and the main environment's
+  # packages do not run on: NumPy 2 as in the main environment (pip warns about mink).
+  "$venv/bin/python" -m pip install -q "numpy>=2,<3" 2>&1 \
+    | grep -v -e "^WARNING: Location" -e "mink" -e "dependency conflicts" -e "^ERROR: pip's" || true
+fi
 "$venv/bin/python" -c "import tasks, torch, mujoco; print('torch', torch.__version__, '| mujoco', mujoco.__version__, '| MUJOCO_GL', __import__('os').environ['MUJOCO_GL'])"

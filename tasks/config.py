@@ -104,17 +104,11 @@ class TaskConfig:
     def from_options(cls, task: str, options: dict[str, Any]) -> TaskConfig:
         """Build from keyword options, naming any unknown key and listing the allowed ones.
 
-        A suite's task (``suite="metaworld"``, or a name ``"<suite>/<task>"``) takes only the
-        options :mod:`tasks.suites` lists; ours must stay at their defaults.
+        ``suite`` (a suite's task: ``tasks.suites.check_options`` checks its options) is left
+        out of the config.
         """
         options = dict(options)
-        suite = options.pop("suite", "") or ""
-        if suite or "/" in task:
-            from tasks import suites
-
-            if not suite:
-                suite, task = suites.split_name(task)
-            suites.check_options(suite, task, options)
+        options.pop("suite", None)
         allowed = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - allowed)
         if unknown:

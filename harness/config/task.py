@@ -61,7 +61,10 @@ class TaskOptions:
 
             try:
                 suites.check_task(self.suite, self.name)
-                tasks.TaskConfig.from_options(self.name, self.env_options())
+                options = self.env_options()
+                del options["suite"]
+                suites.check_options(self.suite, self.name, options)
+                tasks.TaskConfig.from_options(self.name, options)
             except ValueError as error:
                 raise ConfigError(f"task: {error}") from None
             return

@@ -1,11 +1,11 @@
-"""Tasks of the suites people report on, as ours: Meta-World v3 (and robosuite).
+"""Tasks of the suites people report on, as ours: Meta-World v3 and robosuite (Lift, Stack, Door).
 
 ``tasks.make("metaworld/push-v3", obs_mode="pixels")`` (or ``tasks.make("push-v3",
 suite="metaworld")``, what the Hydra group ``task=metaworld task.name=push-v3`` calls) builds a
 :class:`tasks.suites.adapter.SuiteEnv`: the suite's own simulation, success and expert behind our
 observation, reset options and exact snapshots.
 
-The suites pin MuJoCo 3.3.x (Meta-World 3.1.1 fails at its first reset on MuJoCo 4.0), so they
+The suites pin MuJoCo 3.3.x (Meta-World 3.1.1 and robosuite 1.5.2 fail on MuJoCo 4.0), so they
 live in a second environment, ``.venv-suites/``, built by ``make suites``; a suite that is not
 installed in the running Python is refused by name with that command.
 
@@ -20,11 +20,14 @@ import warnings
 from typing import Any
 
 from tasks.suites import metaworld
+from tasks.suites import robosuite as robosuite_tasks
 from tasks.suites.adapter import SuiteBackend, SuiteEnv, SuiteError, check_exact
 
-SUITES: dict[str, tuple[str, ...]] = {"metaworld": metaworld.TASKS}
-CAMERAS: dict[str, tuple[str, ...]] = {"metaworld": metaworld.CAMERAS}
-PACKAGES = {"metaworld": "metaworld"}
+SUITES: dict[str, tuple[str, ...]] = {"metaworld": metaworld.TASKS,
+                                      "robosuite": robosuite_tasks.TASKS}
+CAMERAS: dict[str, tuple[str, ...]] = {"metaworld": metaworld.CAMERAS,
+                                       "robosuite": robosuite_tasks.CAMERAS}
+PACKAGES = {"metaworld": "metaworld", "robosuite": "robosuite"}
 SUITE_OPTIONS = ("obs_mode", "camera", "image_size", "render_quality", "max_episode_steps",
                  "terminate_on_success", "difficulty")
 # Options of our own tasks that a suite task cannot honour: refused unless at their defaults.
@@ -89,6 +92,8 @@ def _backend(suite: str, name: str) -> SuiteBackend:
         warnings.simplefilter("ignore", UserWarning)
         if suite == "metaworld":
             return metaworld.MetaWorldBackend(name)
+        if suite == "robosuite":
+            return robosuite_tasks.RobosuiteBackend(name)
     raise SuiteError(f"task suite {suite!r} is unknown; choose one of {sorted(SUITES)}")
 
 

@@ -1,4 +1,4 @@
-"""Meta-World through the harness: snapshots on disk and refused, difficulty, the Hydra group, and
+"""Meta-World and robosuite through the harness: snapshots on disk and refused, difficulty, the Hydra group, and
 a GRPO run that clones Meta-World's scripted policy and fine-tunes it (suites' environment)."""
 
 from __future__ import annotations
@@ -87,23 +87,26 @@ def test_the_hydra_group_composes_and_refuses_what_a_suite_cannot_honour():
         tasks.make("metaworld/push-v3", camera="front")
 
 
-FAST = ["task=metaworld", "task.name=reach-v3", "algo=grpo", "policy=mlp",
-        "policy.normalize_state=true", "algo.iterations=2", "algo.workers=1",
-        "algo.num_start_states=2", "algo.group_size=4", "algo.start_policy.bc.demos=3",
-        "algo.start_policy.bc.epochs=20", "task.max_episode_steps=60", "eval.episodes=4",
-        "eval.final_episodes=4", "eval.every_steps=100000000", "logger.videos=false"]
+def fast(suite: str, name: str) -> list[str]:
+    return [f"task={suite}", f"task.name={name}", "algo=grpo", "policy=mlp",
+            "policy.normalize_state=true", "algo.iterations=2", "algo.workers=1",
+            "algo.num_start_states=2", "algo.group_size=4", "algo.start_policy.bc.demos=3",
+            "algo.start_policy.bc.epochs=20", "task.max_episode_steps=60", "eval.episodes=4",
+            "eval.final_episodes=4", "eval.every_steps=100000000", "logger.videos=false"]
 
 
-def test_grpo_clones_metaworlds_expert_and_fine_tunes_on_its_success(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("suite", "name"), [("metaworld", "reach-v3"), ("robosuite", "Lift")])
+def test_grpo_clones_the_suites_expert_and_fine_tunes_on_its_success(tmp_path, monkeypatch,
+                                                                     suite, name):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    summary = trainers.train(harness_config.compose(FAST), tmp_path / "run")
-    assert summary["task"] == "reach-v3" and summary["algo"] == "grpo"
+    summary = trainers.train(harness_config.compose(fast(suite, name)), tmp_path / "run")
+    assert summary["task"] == name and summary["algo"] == "grpo"
     assert summary["env_steps"] > 0 and 0.0 <= summary["success_rate"] <= 1.0
     metrics = read_metrics(tmp_path / "run" / "metrics.csv")
     assert len(metrics["rollout/success_rate"]) == 2  # two iterations, each logged
-    demos = list((tmp_path / "data").rglob("reach-v3_*.hdf5"))
-    assert demos, "the scripted policy's demos are cached under HARNESS_DATA"
+    demos = list((tmp_path / "data").rglob(f"{name}_*.hdf5"))
+    assert demos, "the scripted expert's demos are cached under HARNESS_DATA"
 
 
 def test_sb3_ppo_trains_on_a_metaworld_task(tmp_path):
