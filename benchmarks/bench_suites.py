@@ -1,14 +1,16 @@
 """Benchmark the suite adapter (tasks.suites) against the suite's own env, in one run, one core.
 
-For each task (Meta-World's MT10 by default), the same seeded random actions are stepped through
-Meta-World's raw env (``env.backend.raw.step``) and through our :class:`tasks.suites.SuiteEnv`
+For each task (Meta-World's MT10, or robosuite's three, by default), the same seeded random
+actions are stepped through the suite's raw env (``env.backend.raw.step``, as the adapter
+configured it) and through our :class:`tasks.suites.SuiteEnv`
 (state observations, then pixels at 84 px), alternating the two in rounds so that load hits both
 alike; it prints env steps/s of each, the adapter's overhead (target <= 10% with state
 observations: 1 - ours / raw) and the cost of ``snapshot()`` and ``restore()``.
 
 Runs in the suites' environment:
 
-    .venv-suites/bin/python benchmarks/bench_suites.py [--tasks reach-v3 push-v3] [--steps 2000]
+    .venv-suites/bin/python benchmarks/bench_suites.py [--suite metaworld|robosuite]
+        [--tasks reach-v3 push-v3] [--steps 2000]
         [--rounds 3] [--out bench_results/suites.json]
 """
 
@@ -29,6 +31,7 @@ import tasks  # first: it picks the headless GL backend before MuJoCo is importe
 import mujoco
 import numpy as np
 from harness_common.files import atomic_write_text
+from tasks import suites
 from tasks.suites import metaworld
 
 OVERHEAD_TARGET = 0.10
@@ -39,7 +42,7 @@ def _actions(steps: int) -> np.ndarray:
 
 
 def raw_rate(env, actions: np.ndarray, episode: int) -> float:
-    """Meta-World's own env: ``reset()`` and ``step()`` only, the same actions."""
+    """The suite's own env: ``reset()`` and ``step()`` only, the same actions."""
     raw = env.backend.raw
     start = time.perf_counter()
     for t, action in enumerate(actions):
@@ -76,7 +79,9 @@ def snapshot_costs(env, repeats: int = 200) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=list(metaworld.MT10))
+    parser.add_argument("--suite", default="metaworld", choices=sorted(suites.SUITES))
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="default: Meta-World's MT10, or every task of another suite")
     parser.add_argument("--steps", type=int, default=2000, help="steps per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--episode", type=int, default=200, help="steps between resets")
@@ -84,10 +89,12 @@ def main() -> None:
     args = parser.parse_args()
 
     actions = _actions(args.steps)
+    names = args.tasks or list(metaworld.MT10 if args.suite == "metaworld"
+                               else suites.SUITES[args.suite])
     rows = []
-    for name in args.tasks:
-        state = tasks.make(f"metaworld/{name}", obs_mode="state")
-        pixels = tasks.make(f"metaworld/{name}", obs_mode="pixels", verify=False)
+    for name in names:
+        state = tasks.make(f"{args.suite}/{name}", obs_mode="state")
+        pixels = tasks.make(f"{args.suite}/{name}", obs_mode="pixels", verify=False)
         rates: dict[str, list[float]] = {"raw": [], "state": [], "pixels": []}
         for _ in range(args.rounds):
             rates["raw"].append(raw_rate(state, actions, args.episode))
@@ -111,7 +118,8 @@ def main() -> None:
     verdict = "met" if overhead <= OVERHEAD_TARGET else "NOT met"
     print(f"median adapter overhead (state): {100 * overhead:.1f}% "
           f"(target <= {100 * OVERHEAD_TARGET:.0f}%: {verdict})")
-    result = {"tasks": rows, "median_overhead_state": overhead, "target": OVERHEAD_TARGET,
+    result = {"suite": args.suite, "tasks": rows, "median_overhead_state": overhead,
+              "target": OVERHEAD_TARGET,
               "mujoco": mujoco.__version__, "processor": platform.processor() or platform.machine(),
               "date": time.strftime("%Y-%m-%d")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

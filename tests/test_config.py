@@ -356,7 +356,7 @@ def test_registry_names_every_algorithm_and_lists_choices_for_unknown_ones():
     "experiment", sorted(path.stem for path in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_each_experiment_file_composes_and_validates(experiment):
     text = (CONF_DIR / "experiment" / f"{experiment}.yaml").read_text()
-    suite = re.search(r"override /task: (metaworld)\b", text)
+    suite = re.search(r"override /task: (metaworld|robosuite)\b", text)
     if suite and importlib.util.find_spec(suite[1]) is None:  # tests/suites/ composes it there
         with pytest.raises(ConfigError, match=r"make suites"):
             compose([f"+experiment={experiment}"])

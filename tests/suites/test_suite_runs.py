@@ -100,7 +100,11 @@ def test_grpo_clones_the_suites_expert_and_fine_tunes_on_its_success(tmp_path, m
                                                                      suite, name):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))
-    summary = trainers.train(harness_config.compose(fast(suite, name)), tmp_path / "run")
+    # robosuite steps at ~170/s on one core (Meta-World ~1,500): its run is smaller
+    small = ["algo.start_policy.bc.demos=2", "eval.episodes=2", "eval.final_episodes=2",
+             "algo.group_size=2"] if suite == "robosuite" else []
+    summary = trainers.train(harness_config.compose([*fast(suite, name), *small]),
+                             tmp_path / "run")
     assert summary["task"] == name and summary["algo"] == "grpo"
     assert summary["env_steps"] > 0 and 0.0 <= summary["success_rate"] <= 1.0
     metrics = read_metrics(tmp_path / "run" / "metrics.csv")
@@ -124,3 +128,9 @@ def test_the_metaworld_experiment_composes_here():
     assert (config.task.suite, config.task.name, config.algo.name) == \
         ("metaworld", "drawer-open-v3", "grpo")
     assert config.policy.head["name"] == "gaussian" and config.algo.start_policy.bc.demos == 20
+    config = harness_config.compose(["+experiment=metaworld_pixels"])
+    assert (config.task.obs_mode, config.policy.name, config.policy.instruction_keypoints) == \
+        ("pixels", "tiny_vla", 0)
+    config = harness_config.compose(["+experiment=robosuite_state", "task.name=Door"])
+    assert (config.task.suite, config.task.name, config.task.max_episode_steps) == \
+        ("robosuite", "Door", None)
