@@ -1,5 +1,6 @@
-"""Meta-World and robosuite through the harness: snapshots on disk and refused, difficulty, the Hydra group, and
-a GRPO run that clones Meta-World's scripted policy and fine-tunes it (suites' environment)."""
+"""Meta-World and robosuite through the harness: snapshots on disk and refused, difficulty, the
+Hydra groups and experiments, GRPO runs that clone the suite's expert and fine-tune it, SB3 PPO
+(suites' environment)."""
 
 from __future__ import annotations
 
