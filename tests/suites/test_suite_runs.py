@@ -104,12 +104,19 @@ def test_grpo_clones_the_suites_expert_and_fine_tunes_on_its_success(tmp_path, m
     # robosuite steps at ~170/s on one core (Meta-World ~1,500): its run is smaller
     small = ["algo.start_policy.bc.demos=2", "eval.episodes=2", "eval.final_episodes=2",
              "algo.group_size=2"] if suite == "robosuite" else []
-    summary = trainers.train(harness_config.compose([*fast(suite, name), *small]),
+    # Meta-World: groups also start along the expert's demos and from replayed failures
+    branching = ["algo.starts.source=mix", "algo.starts.demos=3", "algo.starts.replay_every=2",
+                 "algo.starts.weights={reset: 0.2, demo: 0.6, replay: 0.2}",
+                 "curriculum=success_band"] if suite == "metaworld" else []
+    summary = trainers.train(harness_config.compose([*fast(suite, name), *small, *branching]),
                              tmp_path / "run")
     assert summary["task"] == name and summary["algo"] == "grpo"
     assert summary["env_steps"] > 0 and 0.0 <= summary["success_rate"] <= 1.0
     metrics = read_metrics(tmp_path / "run" / "metrics.csv")
     assert len(metrics["rollout/success_rate"]) == 2  # two iterations, each logged
+    if branching:
+        assert summary["start_states"]["sources"] == "mix"
+        assert max(share for _, share in metrics["starts/share_demo"]) > 0  # along a demo
     demos = list((tmp_path / "data").rglob(f"{name}_*.hdf5"))
     assert demos, "the scripted expert's demos are cached under HARNESS_DATA"
 

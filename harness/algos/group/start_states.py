@@ -70,7 +70,7 @@ def demo_start_file(cfg, demo_dir: str | Path | None = None, progress: bool = Tr
             return path
         log.info("%s holds no snapshots (format version %d): recording it again", path, version)
     collect_demos(path, cfg.task.name, cfg.algo.starts.demos, difficulty=cfg.task.difficulty,
-                  seed=first_seed, obs_mode="state",
+                  seed=first_seed, obs_mode="state", camera=cfg.task.camera,
                   max_episode_steps=options.pop("max_episode_steps", None),
                   env_options={k: v for k, v in options.items()
                                if k not in ("obs_mode", "difficulty")},
