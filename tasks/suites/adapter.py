@@ -77,9 +77,13 @@ class SuiteBackend:
     max_episode_steps: int
     name: str
 
+    def instruction_text(self) -> str:
+        """What the task asks, in words; by default its name (``"push-v3"``: ``"push"``)."""
+        return self.name.rsplit("-v", 1)[0].replace("-", " ").replace("_", " ")
+
     def instruction(self) -> str:
-        """The instruction in our vocabulary (words it lacks become ``<unk>``)."""
-        words = self.name.rsplit("-v", 1)[0].replace("-", " ").replace("_", " ").lower().split()
+        """:meth:`instruction_text` in our vocabulary (words it lacks become ``<unk>``)."""
+        words = self.instruction_text().lower().split()
         known = [w if w in language.VOCAB[2:] else "<unk>" for w in words]
         return " ".join(known[:language.MAX_TOKENS])
 

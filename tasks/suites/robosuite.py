@@ -53,7 +53,6 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
-from tasks import language
 from tasks.snapshot import plain_copy
 from tasks.suites.adapter import SuiteBackend, SuiteError
 
@@ -245,10 +244,8 @@ class RobosuiteBackend(SuiteBackend):
         self._widen_gripper_command()
         self._read()
 
-    def instruction(self) -> str:
-        """:data:`INSTRUCTIONS`' words, those our vocabulary lacks as ``<unk>``."""
-        words = INSTRUCTIONS[self.name].split()
-        return " ".join(w if w in language.VOCAB[2:] else "<unk>" for w in words)
+    def instruction_text(self) -> str:
+        return INSTRUCTIONS[self.name]
 
     # ------------------------------------------------------------------------------- episode
     def reset(self, rng: np.random.Generator, difficulty: float) -> None:
