@@ -2,7 +2,9 @@
 
 Every observation carries its instruction as ``int64`` token ids of fixed length
 :data:`MAX_TOKENS` (padded with :data:`PAD`), so a policy can condition on language without a
-tokenizer download. The vocabulary is small on purpose: it covers what the tasks say.
+tokenizer download. The vocabulary is small on purpose: it covers what the tasks say, ours
+(:data:`CORE_VOCAB`) and then the words of the suites' task names (:data:`SUITE_WORDS`: Meta-World's
+50 tasks, robosuite's Lift, Stack and Door), appended after ours so that our words keep their ids.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ PAD = 0
 UNK = 1
 MAX_TOKENS = 12
 
-VOCAB: tuple[str, ...] = (
+CORE_VOCAB: tuple[str, ...] = (
     "<pad>",
     "<unk>",
     "move",
@@ -46,6 +48,16 @@ VOCAB: tuple[str, ...] = (
     "table",
     "marker",
 )
+# The words of tasks.suites' instructions that ours lack ("button press topdown", "peg insert
+# side"...), in alphabetical order; tests/suites checks that every suite task's words are here.
+SUITE_WORDS: tuple[str, ...] = (
+    "assembly", "back", "basketball", "bin", "box", "button", "coffee", "dial", "disassemble",
+    "door", "faucet", "hammer", "hand", "handle", "hole", "insert", "into", "lever", "lock", "of",
+    "out", "peg", "picking", "plate", "press", "pull", "shelf", "side", "slide", "soccer", "stick",
+    "sweep", "topdown", "turn", "unlock", "unplug", "wall", "window",
+)
+VOCAB: tuple[str, ...] = CORE_VOCAB + SUITE_WORDS
+CORE_SIZE = len(CORE_VOCAB)
 VOCAB_SIZE = len(VOCAB)
 _INDEX = {word: i for i, word in enumerate(VOCAB)}
 

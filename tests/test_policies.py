@@ -20,12 +20,12 @@ from harness.policies import (
     save_policy,
     tokens_to_actions,
 )
-from harness.policies.layers import InstructionKeypoints, SpatialSoftmax
+from harness.policies.layers import InstructionEncoder, InstructionKeypoints, SpatialSoftmax
 from harness.policies.mlp import MLPConfig
 from harness.policies.mlp.model import MLPPolicy
 from harness.policies.tiny_vla import TinyVLAConfig
 from harness.policies.tiny_vla.model import TinyVLA
-from tasks.language import MAX_TOKENS, VOCAB_SIZE
+from tasks.language import CORE_SIZE, MAX_TOKENS, PAD, VOCAB_SIZE
 
 torch.set_num_threads(1)
 
@@ -273,6 +273,27 @@ def test_obs_to_batch_single_list_and_batched():
     stacked = {k: np.stack([v, v]) for k, v in one.items()}
     already = obs_to_batch(stacked, batched=True)
     assert all(torch.equal(already[k], listed[k]) for k in listed)
+
+
+def test_the_suites_words_leave_our_runs_and_checkpoints_as_they_were():
+    """Our words' rows are the draws of an nn.Embedding of our vocabulary's size, and the global
+    generator is left where that embedding left it (so every later layer is initialised as
+    before the suites' words existed); a state dict of that older size still loads."""
+    torch.manual_seed(11)
+    before = torch.nn.Embedding(CORE_SIZE, 6, padding_idx=PAD)
+    next_before = torch.rand(4)
+    torch.manual_seed(11)
+    encoder = InstructionEncoder(6)
+    assert torch.equal(torch.rand(4), next_before)
+    weight = encoder.embedding.weight
+    assert weight.shape == (VOCAB_SIZE, 6) and VOCAB_SIZE > CORE_SIZE
+    assert torch.equal(weight[:CORE_SIZE], before.weight) and not weight[PAD].any()
+    assert torch.equal(weight[CORE_SIZE:], InstructionEncoder(6).embedding.weight[CORE_SIZE:])
+    old = InstructionEncoder(6)
+    old.load_state_dict({"embedding.weight": before.weight.detach().clone()})
+    assert torch.equal(old.embedding.weight, weight)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        old.load_state_dict({"embedding.weight": torch.zeros(CORE_SIZE + 1, 6)})
 
 
 def test_instruction_changes_the_mlp_output(mlp):

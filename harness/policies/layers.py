@@ -7,15 +7,40 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tasks.language import PAD, VOCAB_SIZE
+from tasks.language import CORE_SIZE, PAD, VOCAB_SIZE
+
+# The seed of the embedding rows of the suites' words (tasks.language.SUITE_WORDS).
+SUITE_ROWS_SEED = 0
+
+
+def _suite_rows(embed_dim: int) -> torch.Tensor:
+    """The embedding rows of the suites' words: ``N(0, 1)`` from :data:`SUITE_ROWS_SEED`."""
+    generator = torch.Generator().manual_seed(SUITE_ROWS_SEED)
+    return torch.randn(VOCAB_SIZE - CORE_SIZE, embed_dim, generator=generator)
 
 
 class InstructionEncoder(nn.Module):
-    """Mean of the token embeddings over non-pad tokens; all-pad gives zeros."""
+    """Mean of the token embeddings over non-pad tokens; all-pad gives zeros.
+
+    The rows of our tasks' words (:data:`tasks.language.CORE_VOCAB`) are drawn from the global
+    generator exactly as an ``nn.Embedding`` of that size draws them, and the suites' words'
+    rows from a fixed seed, so that adding the suites changed no run on our tasks; a state dict
+    saved before the suites' words existed loads with those rows filled the same way.
+    """
 
     def __init__(self, embed_dim: int) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(VOCAB_SIZE, embed_dim, padding_idx=PAD)
+        core = nn.Embedding(CORE_SIZE, embed_dim, padding_idx=PAD)  # the global generator
+        self.embedding = nn.Embedding(VOCAB_SIZE, embed_dim, padding_idx=PAD,
+                                      _weight=torch.cat([core.weight.detach(),
+                                                         _suite_rows(embed_dim)]))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "embedding.weight"
+        weight = state_dict.get(key)
+        if weight is not None and weight.ndim == 2 and weight.shape[0] == CORE_SIZE:
+            state_dict[key] = torch.cat([weight, _suite_rows(weight.shape[1]).to(weight)])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, instruction: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` int64 token ids -> ``(B, embed_dim)``."""

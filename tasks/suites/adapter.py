@@ -82,7 +82,8 @@ class SuiteBackend:
         return self.name.rsplit("-v", 1)[0].replace("-", " ").replace("_", " ")
 
     def instruction(self) -> str:
-        """:meth:`instruction_text` in our vocabulary (words it lacks become ``<unk>``)."""
+        """:meth:`instruction_text` in our vocabulary (:data:`tasks.language.VOCAB`, which holds
+        every word of the wrapped suites' tasks; a word it lacks becomes ``<unk>``)."""
         words = self.instruction_text().lower().split()
         known = [w if w in language.VOCAB[2:] else "<unk>" for w in words]
         return " ".join(known[:language.MAX_TOKENS])

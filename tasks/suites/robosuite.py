@@ -65,7 +65,7 @@ CAMERAS: tuple[str, ...] = ("frontview", "birdview", "agentview", "sideview", "r
 # (at 20 Hz): 200 steps (10 s) leave a learner room for a slower, hesitant Lift; Stack adds a
 # transport and a careful place, Door a latch to turn and an arc to pull, hence 300 (15 s).
 EPISODE_STEPS: dict[str, int] = {"Lift": 200, "Stack": 300, "Door": 300}
-# Instructions in our vocabulary (tasks.language; "door" is not in it and becomes <unk>)
+# Instructions, in our vocabulary (tasks.language)
 INSTRUCTIONS: dict[str, str] = {"Lift": "pick up the red cube",
                                 "Stack": "place the red cube on the green cube",
                                 "Door": "open the door"}

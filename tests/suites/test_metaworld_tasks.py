@@ -41,6 +41,26 @@ def test_every_v3_task_keeps_the_contract_and_its_snapshots_are_exact(name):
         env.close()
 
 
+def test_every_suite_instruction_is_its_task_name_in_our_vocabulary():
+    """No task's instruction loses a word to ``<unk>``, and the 53 instructions are all distinct,
+    so that one policy over several suite tasks can tell them apart by language."""
+    from tasks.suites.robosuite import INSTRUCTIONS
+
+    texts = {name: name.rsplit("-v", 1)[0].replace("-", " ") for name in metaworld.TASKS}
+    texts.update(INSTRUCTIONS)
+    for name, text in texts.items():
+        ids = language.tokenize(text)  # strict: raises on a word outside the vocabulary
+        assert language.UNK not in ids and language.detokenize(ids) == text, name
+    assert len({language.tokenize(text).tobytes() for text in texts.values()}) == len(texts) == 53
+    assert set(language.SUITE_WORDS).isdisjoint(language.CORE_VOCAB)
+    assert language.VOCAB[:language.CORE_SIZE] == language.CORE_VOCAB  # ours keep their ids
+    env = tasks.make("metaworld/button-press-topdown-v3", verify=False)
+    try:
+        assert env.reset(seed=0)[1]["instruction"] == "button press topdown"
+    finally:
+        env.close()
+
+
 def _expert_successes(name: str, seeds, steps: int = 500) -> int:
     env = tasks.make(f"metaworld/{name}", verify=False)
     wins = 0

@@ -4,7 +4,7 @@
 builds a real ``transformers`` model of that architecture, scaled down, with weights drawn from
 a fixed seed, so the same name always gives the same weights (as a downloaded checkpoint would),
 and a processor assembled here: a word-level tokenizer (``tokenizers``) over the prompt words,
-the tasks' instruction vocabulary (:data:`tasks.language.VOCAB`) and ``num_bins`` reserved
+our tasks' instruction vocabulary (:data:`tasks.language.CORE_VOCAB`) and ``num_bins`` reserved
 action tokens ``<act_0> ... <act_{K-1}>``, the last ordinary ids of the vocabulary, wrapped as a
 ``PreTrainedTokenizerFast``, and the architecture's image processor. Nothing is downloaded.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from tasks.language import VOCAB
+from tasks.language import CORE_VOCAB
 
 ARCHITECTURES: tuple[str, ...] = ("paligemma", "idefics3")
 PROMPT_WORDS: tuple[str, ...] = ("In", ":", "What", "action", "should", "the", "robot", "take",
@@ -66,12 +66,15 @@ def is_named(model: str) -> bool:
 
 def build_tokenizer(num_bins: int):
     """A word-level ``PreTrainedTokenizerFast``: special tokens, the image placeholders, the
-    prompt and instruction words, then ``<act_0> ... <act_{num_bins-1}>`` as the last ids."""
+    prompt and instruction words, then ``<act_0> ... <act_{num_bins-1}>`` as the last ids.
+
+    The words are our tasks' (:data:`tasks.language.CORE_VOCAB`): the suites' words map to
+    ``<unk>`` here, so that the tiny models' ids and seeded weights stay what they were."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<unk>", "<bos>", "<eos>", *IMAGE_TOKENS]
-    words = list(dict.fromkeys([*PROMPT_WORDS, *VOCAB[2:]]))
+    words = list(dict.fromkeys([*PROMPT_WORDS, *CORE_VOCAB[2:]]))
     actions = [f"<act_{k}>" for k in range(num_bins)]
     vocab = {token: i for i, token in enumerate([*specials, *words, *actions])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
