@@ -84,9 +84,12 @@ def make(name: str, render_mode: str | None = None, **options) -> ManipulationEn
 
 
 def task_version(name: str, suite: str = "") -> int:
-    """The task's :attr:`tasks.task.Task.version` (a suite's task: 1)."""
+    """The task's :attr:`tasks.task.Task.version` (a suite's task:
+    :data:`tasks.suites.adapter.SUITE_TASK_VERSION`)."""
     if suite or "/" in name:
-        return 1
+        from tasks.suites.adapter import SUITE_TASK_VERSION
+
+        return SUITE_TASK_VERSION
     return TASKS[name].version
 
 
