@@ -201,12 +201,13 @@ def test_main_job_config_is_the_experiment_and_main_py_prints_the_same(capsys):
         return app(capsys, script, *args)[1]
 
     config = printed("train", "+experiment=main_job", "--cfg", "job")
-    # The main job plays push_full_pixels, setting for setting.
-    assert config == printed("train", "+experiment=push_full_pixels", "--cfg", "job")
+    # The main job plays push_full_pixels_gaussian (the validation winner), setting for setting.
+    assert config == printed("train", "+experiment=push_full_pixels_gaussian", "--cfg", "job")
     assert "  iterations: 150\n" in config
     job = yaml.safe_load(config)
     assert (job["task"]["name"], job["policy"]["name"], job["algo"]["name"]) == \
         ("push", "tiny_vla", "grpo")
+    assert (job["policy"]["head"]["name"], job["policy"]["chunk_size"]) == ("gaussian", 4)
     assert (job["task"]["difficulty"], job["task"]["obs_mode"], job["task"]["physics"]) == \
         (1.0, "pixels", "fast")
     assert job["max_minutes"] == 40 and job["algo"]["start_policy"]["bc"]["demos"] == 200

@@ -391,7 +391,7 @@ def test_push_full_pixels_is_the_recipe_its_figures_were_measured_with():
 # pixels") that each head's experiment file names: the file must be that very arm.
 HEAD_RECIPES = {
     "tokens_c1": [],
-    "tokens_c4": ["policy.chunk_size=4", "algo.learning_rate=1e-4"],
+    "tokens_c4": ["policy.chunk_size=4", "algo.learning_rate=1e-4", "algo.temperature=0.5"],
     "gaussian": ["policy/head=gaussian", "policy.chunk_size=4", "algo.learning_rate=3e-4",
                  "algo.exploration.high=0.3"],
     "flow": ["policy/head=flow", "policy.chunk_size=1", "algo.residual.scale=0.2",
