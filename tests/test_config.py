@@ -393,7 +393,7 @@ HEAD_RECIPES = {
     "tokens_c1": [],
     "tokens_c4": ["policy.chunk_size=4", "algo.learning_rate=1e-4", "algo.temperature=0.5"],
     "gaussian": ["policy/head=gaussian", "policy.chunk_size=4", "algo.learning_rate=3e-4",
-                 "algo.exploration.high=0.3"],
+                 "algo.exploration.low=0.1", "algo.exploration.high=0.3"],
     "flow": ["policy/head=flow", "policy.chunk_size=1", "algo.residual.scale=0.2",
              "algo.residual.log_std_init=-1.5", "algo.learning_rate=3e-4"],
 }
