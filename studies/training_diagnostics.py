@@ -93,7 +93,9 @@ def diagnostics_figure(runs: Mapping[str, Mapping[str, list[tuple[int, float]]]]
         for label, metrics in runs.items():
             values = series_of(metrics, key)
             if values:
-                ax.plot(range(1, len(values) + 1), values, label=label, linewidth=1.2)
+                # a few points (validations) get markers: one point alone draws no line
+                ax.plot(range(1, len(values) + 1), values, label=label, linewidth=1.2,
+                        marker="o" if len(values) <= 20 else None, markersize=4)
         if log_scale and any(v > 0 for m in runs.values() for v in series_of(m, key)):
             ax.set_yscale("log")
         ax.set_title(title, fontsize=9)
